@@ -1,0 +1,18 @@
+# Warnings on everywhere; SHMDIST_WERROR makes them errors. Sanitizer flags for the whole tree.
+add_library(shmdist_warnings INTERFACE)
+target_compile_options(shmdist_warnings INTERFACE -Wall -Wextra -Wshadow -Wnon-virtual-dtor
+                       -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wpedantic
+                       -Wimplicit-fallthrough)
+if(SHMDIST_WERROR)
+  target_compile_options(shmdist_warnings INTERFACE -Werror)
+endif()
+
+if(SHMDIST_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+elseif(SHMDIST_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT SHMDIST_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "SHMDIST_SANITIZE must be '', 'address' or 'thread', not '${SHMDIST_SANITIZE}'")
+endif()
