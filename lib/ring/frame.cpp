@@ -1,0 +1,85 @@
+#include "ring/frame.hpp"
+
+#include "ring/ring.hpp"
+
+namespace shmdist::ring {
+namespace {
+
+[[noreturn]] [[gnu::cold]] void corrupt(int src, const std::string& what) {
+  throw PeerFailure("corrupt frame from rank " + std::to_string(src) + ": " + what +
+                    ". The peer wrote something the protocol forbids (a bug, memory corruption "
+                    "or a foreign process writing the segment); the job cannot continue safely.");
+}
+
+}  // namespace
+
+MessageHeader encode_header(const Envelope& env) {
+  MessageHeader h{};
+  h.group_id = env.group_id;
+  h.group_sig = env.group_sig;
+  h.tag = env.tag;
+  h.dtype = static_cast<std::uint8_t>(env.dtype);
+  h.channel = env.channel;
+  h.numel = env.numel;
+  h.nbytes = env.nbytes;
+  return h;
+}
+
+Envelope decode_header(const MessageHeader& raw, std::uint64_t record_length, int src) {
+  if (record_length < sizeof(MessageHeader))
+    corrupt(src, "a message record of " + std::to_string(record_length) +
+                     " bytes, shorter than its " + std::to_string(sizeof(MessageHeader)) +
+                     "-byte header");
+  if (raw.dtype >= kNumDTypes)
+    corrupt(src, "dtype code " + std::to_string(raw.dtype) + ", expected 0.." +
+                     std::to_string(kNumDTypes - 1));
+  if (raw.tag < 0) corrupt(src, "negative tag " + std::to_string(raw.tag));
+  if (raw.channel > kInternalChannel) corrupt(src, "channel " + std::to_string(raw.channel));
+  const auto dtype = static_cast<DType>(raw.dtype);
+  const std::uint64_t esize = kElementSize[raw.dtype];
+  if (raw.nbytes > kMaxMessageBytes)
+    corrupt(src, "a message of " + std::to_string(raw.nbytes) + " bytes, above the " +
+                     std::to_string(kMaxMessageBytes) + "-byte limit");
+  if (raw.numel > kMaxMessageBytes || raw.numel * esize != raw.nbytes)
+    corrupt(src, "byte count " + std::to_string(raw.nbytes) + " for " +
+                     std::to_string(raw.numel) + " elements of " +
+                     std::string(dtype_name(dtype)) + " (expected " +
+                     std::to_string(raw.numel * esize) + ")");
+  if (record_length - sizeof(MessageHeader) > raw.nbytes)
+    corrupt(src, "a first record carrying " +
+                     std::to_string(record_length - sizeof(MessageHeader)) +
+                     " payload bytes for a message of " + std::to_string(raw.nbytes));
+  Envelope env;
+  env.src = src;
+  env.group_id = raw.group_id;
+  env.group_sig = raw.group_sig;
+  env.tag = raw.tag;
+  env.channel = raw.channel;
+  env.dtype = dtype;
+  env.numel = raw.numel;
+  env.nbytes = raw.nbytes;
+  return env;
+}
+
+void check_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_length,
+                  bool in_message, std::uint64_t bytes_remaining, int src) {
+  if (length > max_length)
+    corrupt(src, "a record of " + std::to_string(length) + " bytes in a ring that holds at most " +
+                     std::to_string(max_length));
+  if (kind == static_cast<std::uint16_t>(RecordKind::Start)) {
+    if (in_message)
+      corrupt(src, "a new message while " + std::to_string(bytes_remaining) +
+                       " bytes of the previous one were still due");
+    return;
+  }
+  if (kind == static_cast<std::uint16_t>(RecordKind::Continuation)) {
+    if (!in_message) corrupt(src, "a continuation record outside any message");
+    if (length == 0 || length > bytes_remaining)
+      corrupt(src, "a continuation of " + std::to_string(length) + " bytes when " +
+                       std::to_string(bytes_remaining) + " were due");
+    return;
+  }
+  corrupt(src, "record kind " + std::to_string(kind) + ", expected 1 (start) or 2 (continuation)");
+}
+
+}  // namespace shmdist::ring

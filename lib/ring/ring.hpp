@@ -1,0 +1,195 @@
+// A lock-free single-producer / single-consumer byte ring in shared memory, carrying records.
+//
+// A record starts on a 64-byte boundary: a 16-byte RecordHeader, then `length` payload bytes
+// (which may wrap around the end of the ring), padded to 64. The consumer never reads the
+// producer's index: it finds the next record by its stamp, which the producer writes last,
+// with release, once the record is complete. A small message is one cache line that carries
+// both the data and the "it is there" signal, so a hand-off costs one line transfer.
+//
+// Stamps: the record at absolute byte position p carries stamp p + 1 (never 0). Before it
+// publishes the record [p, p+s), the producer writes 0 into the stamp slot at p + s, the next
+// record's position. So the slot the consumer polls always holds either 0 or the stamp of a
+// complete record: never stale bytes of an older lap, whatever the payloads contained. This
+// needs 64 free bytes beyond each record, which writable() accounts for.
+//
+// Indices are absolute 64-bit byte counts (they never wrap in practice); positions in the
+// data area are index & mask. The shared `tail` is written only by the consumer and the
+// producer keeps a private cached copy, reloading it only when the ring looks full.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "segment/layout.hpp"
+
+namespace shmdist::ring {
+
+inline constexpr std::size_t kRecordAlign = 64;
+
+enum class RecordKind : std::uint16_t {
+  Start = 1,         // payload begins with a MessageHeader (frame.hpp)
+  Continuation = 2,  // more payload bytes of the message in progress
+};
+
+struct RecordHeader {
+  std::uint64_t stamp;   // position + 1, written last (atomic_ref, release)
+  std::uint32_t length;  // payload bytes that follow the header
+  std::uint16_t kind;    // RecordKind
+  std::uint16_t reserved;
+};
+static_assert(sizeof(RecordHeader) == 16);
+
+inline constexpr std::uint64_t padded_record_size(std::uint64_t payload) {
+  return (sizeof(RecordHeader) + payload + kRecordAlign - 1) & ~std::uint64_t{kRecordAlign - 1};
+}
+
+// Copies between linear memory and the ring's data area, splitting at the wrap point.
+inline void copy_into_ring(std::byte* data, std::uint64_t mask, std::uint64_t pos,
+                           const std::byte* src, std::size_t n) {
+  const std::uint64_t off = pos & mask;
+  const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
+  std::memcpy(data + off, src, first);
+  if (first < n) std::memcpy(data, src + first, n - first);
+}
+inline void copy_from_ring(const std::byte* data, std::uint64_t mask, std::uint64_t pos,
+                           std::byte* dst, std::size_t n) {
+  const std::uint64_t off = pos & mask;
+  const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
+  std::memcpy(dst, data + off, first);
+  if (first < n) std::memcpy(dst + first, data, n - first);
+}
+
+inline std::atomic_ref<std::uint64_t> stamp_at(std::byte* data, std::uint64_t mask,
+                                               std::uint64_t pos) {
+  return std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(static_cast<void*>(data + (pos & mask))));
+}
+
+class RingProducer {
+ public:
+  RingProducer() = default;
+  RingProducer(segment::RingControl* control, std::byte* data, std::uint64_t size)
+      : control_(control), data_(data), mask_(size - 1),
+        head_(control->head_hint.load(std::memory_order_relaxed)),
+        cached_tail_(control->tail.load(std::memory_order_acquire)) {}
+
+  // Most payload bytes one record could carry now (up to `want`), given the free space.
+  // Reloads the consumer's tail only when the cached copy says there is not enough room.
+  std::size_t writable(std::size_t want) {
+    std::size_t room = room_for_payload(cached_tail_);
+    if (room < want) {
+      // Acquire pairs with the consumer's release of `tail`: everything it read from the
+      // space it freed happened before we overwrite that space.
+      cached_tail_ = control_->tail.load(std::memory_order_acquire);
+      room = room_for_payload(cached_tail_);
+    }
+    return room < want ? room : want;
+  }
+
+  // Writes one record (header bytes `prefix`, then `payload`) and publishes it.
+  // Caller must have checked writable() >= prefix.size() + payload.size().
+  void publish(RecordKind kind, std::span<const std::byte> prefix,
+               std::span<const std::byte> payload) {
+    const std::uint64_t length = prefix.size() + payload.size();
+    const std::uint64_t pos = head_;
+    const std::uint64_t next = pos + padded_record_size(length);
+    RecordHeader* rec = reinterpret_cast<RecordHeader*>(static_cast<void*>(data_ + (pos & mask_)));
+    rec->length = static_cast<std::uint32_t>(length);
+    rec->kind = static_cast<std::uint16_t>(kind);
+    rec->reserved = 0;
+    // The first 64 bytes of a record never wrap (records are 64-aligned, the ring a multiple
+    // of 64), so a short prefix goes in with one copy.
+    std::uint64_t at = pos + sizeof(RecordHeader);
+    if (!prefix.empty()) {
+      copy_into_ring(data_, mask_, at, prefix.data(), prefix.size());
+      at += prefix.size();
+    }
+    if (!payload.empty()) copy_into_ring(data_, mask_, at, payload.data(), payload.size());
+    // Invalidate the next record's stamp slot first (relaxed is enough: the release below
+    // orders it before the stamp that makes this record visible).
+    stamp_at(data_, mask_, next).store(0, std::memory_order_relaxed);
+    stamp_at(data_, mask_, pos).store(pos + 1, std::memory_order_release);
+    head_ = next;
+    control_->head_hint.store(next, std::memory_order_relaxed);
+  }
+
+  std::uint64_t head() const { return head_; }
+  std::uint64_t capacity() const { return mask_ + 1; }
+  bool valid() const { return control_ != nullptr; }
+
+ private:
+  // Free bytes for a record's payload: the record, its padding and the next stamp slot must
+  // all lie in space the consumer has released.
+  std::size_t room_for_payload(std::uint64_t tail) const {
+    const std::uint64_t used = head_ - tail;
+    const std::uint64_t free = mask_ + 1 - used;
+    const std::uint64_t overhead = sizeof(RecordHeader) + kRecordAlign;  // header + next slot
+    if (free < overhead + kRecordAlign) return 0;
+    // Round down so that padding never needs bytes we do not have.
+    return static_cast<std::size_t>(((free - kRecordAlign) & ~std::uint64_t{kRecordAlign - 1}) -
+                                    sizeof(RecordHeader));
+  }
+
+  segment::RingControl* control_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::uint64_t mask_ = 0;
+  std::uint64_t head_ = 0;
+  std::uint64_t cached_tail_ = 0;
+};
+
+// The consumer side. peek() looks at the record at the private tail; release() moves past it;
+// publish() makes the freed space visible to the producer.
+class RingConsumer {
+ public:
+  RingConsumer() = default;
+  RingConsumer(segment::RingControl* control, std::byte* data, std::uint64_t size)
+      : control_(control), data_(data), mask_(size - 1),
+        tail_(control->tail.load(std::memory_order_relaxed)), published_(tail_) {}
+
+  // The record at the tail, or nullptr if the producer has not published one yet.
+  // Acquire pairs with the producer's release of the stamp: the whole record is visible.
+  const RecordHeader* peek() const {
+    if (stamp_at(data_, mask_, tail_).load(std::memory_order_acquire) != tail_ + 1) return nullptr;
+    return reinterpret_cast<const RecordHeader*>(static_cast<const void*>(data_ + (tail_ & mask_)));
+  }
+  // Largest `length` a record can legally have in this ring; larger means a corrupt peer.
+  std::uint64_t max_record_length() const {
+    return mask_ + 1 - kRecordAlign - sizeof(RecordHeader);
+  }
+
+  // Copies `n` payload bytes starting at payload offset `offset` of the record at the tail.
+  void copy_payload(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+    copy_from_ring(data_, mask_, tail_ + sizeof(RecordHeader) + offset, dst, n);
+  }
+  // Pointer to a payload prefix that lies within the record's first 64 bytes (never wraps).
+  const std::byte* payload_prefix() const {
+    return data_ + ((tail_ + sizeof(RecordHeader)) & mask_);
+  }
+
+  void release(std::uint32_t length) { tail_ += padded_record_size(length); }
+
+  // Publishes the private tail; returns false if there was nothing new to publish.
+  // Release pairs with the producer's acquire in writable().
+  bool publish() {
+    if (tail_ == published_) return false;
+    control_->tail.store(tail_, std::memory_order_release);
+    published_ = tail_;
+    return true;
+  }
+
+  // Whether the producer has published bytes past what we consumed (diagnostics/liveness).
+  std::uint64_t tail() const { return tail_; }
+  bool valid() const { return control_ != nullptr; }
+
+ private:
+  segment::RingControl* control_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::uint64_t mask_ = 0;
+  std::uint64_t tail_ = 0;
+  std::uint64_t published_ = 0;
+};
+
+}  // namespace shmdist::ring

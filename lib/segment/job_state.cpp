@@ -1,0 +1,117 @@
+#include "segment/job_state.hpp"
+
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "wait/doorbell.hpp"
+
+namespace shmdist::segment {
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string describe_end(EndKind kind, int code) {
+  switch (kind) {
+    case EndKind::Exited:
+      return "exited with code " + std::to_string(code);
+    case EndKind::Signaled:
+      return "was killed by signal " + std::to_string(code) + " (" + signal_name(code) + ")";
+    case EndKind::Vanished:
+      return "is gone without finalizing (its exit status is unknown to this rank)";
+    case EndKind::Threw:
+      return "threw an exception";
+    case EndKind::None:
+      break;
+  }
+  return "ended";
+}
+
+std::string describe_rank_end(const Segment& seg, int rank) {
+  const RankControl& rc = seg.rank_control(rank);
+  const auto kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
+  std::string who = "rank " + std::to_string(rank);
+  if (const int pid = rc.pid.load(std::memory_order_relaxed); pid > 0)
+    who += " (pid " + std::to_string(pid) + ")";
+  return who + " " + describe_end(kind, rc.end_code.load(std::memory_order_relaxed));
+}
+
+std::string describe_job_failure(const Segment& seg) {
+  const SegmentHeader& h = seg.header();
+  const int rank = h.failed_rank.load(std::memory_order_acquire);
+  if (rank < 0 || rank >= seg.world_size())
+    return "the job was aborted (by the launcher or a signal); stopping this call";
+  const auto kind = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
+  const int code = h.failed_code.load(std::memory_order_relaxed);
+  std::string who = "rank " + std::to_string(rank);
+  if (const int pid = seg.rank_control(rank).pid.load(std::memory_order_relaxed); pid > 0)
+    who += " (pid " + std::to_string(pid) + ")";
+  return "peer failure: " + who + " " + describe_end(kind, code) +
+         "; the job is aborted, so this call cannot complete";
+}
+
+void record_rank_end(const Segment& seg, int rank, EndKind kind, int code) {
+  RankControl& rc = seg.rank_control(rank);
+  rc.end_code.store(code, std::memory_order_relaxed);
+  rc.end_kind.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
+  // A rank that finalized and then exited cleanly stays "finalized": it owes nothing.
+  std::uint32_t finalized = static_cast<std::uint32_t>(RankState::Finalized);
+  const bool clean = kind == EndKind::Exited && code == 0;
+  if (!(clean && rc.state.load(std::memory_order_acquire) == finalized))
+    rc.state.store(static_cast<std::uint32_t>(RankState::Ended), std::memory_order_release);
+  wake_all(seg);
+}
+
+namespace {
+// Whether a failure record says how the rank ended (an exit code, a signal, an exception),
+// rather than only that it is gone.
+bool says_how(EndKind kind) {
+  return kind == EndKind::Exited || kind == EndKind::Signaled || kind == EndKind::Threw;
+}
+}  // namespace
+
+bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
+  SegmentHeader& h = seg.header();
+  bool first = false;
+  if (rank >= 0 && rank < seg.world_size()) {
+    // A rank that saw a peer vanish knows less than the launcher, which may already have
+    // written how the peer ended into its control block: use that.
+    if (!says_how(kind)) {
+      const RankControl& rc = seg.rank_control(rank);
+      const auto known = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
+      if (says_how(known)) {
+        kind = known;
+        code = rc.end_code.load(std::memory_order_relaxed);
+      }
+    }
+    int expected = -1;
+    first = h.failed_rank.compare_exchange_strong(expected, rank, std::memory_order_acq_rel);
+    // The first record wins, but one that only said "gone" is completed when the launcher
+    // learns how that same rank ended (readers load kind with acquire, then code).
+    const bool refine = !first && expected == rank && says_how(kind) &&
+                        !says_how(static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire)));
+    if (first || refine) {
+      h.failed_code.store(code, std::memory_order_relaxed);
+      h.failed_kind.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
+    }
+  }
+  // Release: whoever sees Aborted also sees the failure fields written above.
+  h.job_state.store(static_cast<std::uint32_t>(JobState::Aborted), std::memory_order_release);
+  h.abort_seq.fetch_add(1, std::memory_order_acq_rel);
+  wake_all(seg);
+  return first;
+}
+
+void wake_all(const Segment& seg) {
+  for (int r = 0; r < seg.world_size(); ++r) wait::wake(seg.rank_control(r));
+}
+
+std::int64_t wall_clock_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace shmdist::segment

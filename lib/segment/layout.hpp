@@ -1,0 +1,152 @@
+// The fixed layout of a job's shared segment. Plain structs at fixed offsets, no pointers:
+// every process maps the segment at its own address and reaches everything through offsets.
+//
+//   [SegmentHeader]                        one per job, offset 0
+//   [RankControl x world]                  one per rank: doorbell, ready hints, state, blocked-on
+//   [RingControl x world*(world-1)]        one per ordered pair: the consumer's published tail
+//   [ring data x world*(world-1)]          ring_size bytes each, page aligned
+//
+// Bump kLayoutVersion whenever anything here changes meaning or size.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace shmdist::segment {
+
+inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+// 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
+inline constexpr std::size_t kLine = 128;
+inline constexpr std::size_t kPage = 4096;
+inline constexpr int kMaxWorldSize = 1024;
+inline constexpr int kReadyWords = kMaxWorldSize / 64;
+inline constexpr std::size_t kMinRingSize = 4096;
+inline constexpr std::size_t kMaxRingSize = std::size_t{1} << 30;
+
+// std::atomic in shared memory is only sound when it is lock-free (no hidden process-local lock).
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+
+enum class JobState : std::uint32_t { Running = 0, Aborted = 1 };
+
+// SegmentHeader::flags
+inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
+
+// How a rank ended, as recorded by the launcher (or by the rank itself).
+enum class EndKind : std::uint32_t {
+  None = 0,        // still running, or not known
+  Exited = 1,      // code = exit status
+  Signaled = 2,    // code = signal number
+  Vanished = 3,    // detected gone by a peer (no launcher to ask); code unused
+  Threw = 4,       // thread-mode rank whose function threw
+};
+
+struct SegmentHeader {
+  // Written once by the creator before anyone attaches, then read-only.
+  std::uint64_t magic;
+  std::uint32_t layout_version;
+  std::uint32_t header_size;  // sizeof(SegmentHeader)
+  std::uint32_t world_size;
+  std::uint32_t line_size;    // kLine
+  std::uint64_t ring_size;    // data bytes per ring (power of two)
+  std::uint64_t total_size;   // bytes of the whole segment
+  std::uint64_t rank_control_offset;
+  std::uint64_t ring_control_offset;
+  std::uint64_t ring_data_offset;
+  std::uint64_t job_key;      // random per job: tells a stale segment from this job's
+  std::int32_t creator_pid;
+  std::uint32_t flags;        // kThreadMode, ...
+  char reserved1[kLine - 88];
+
+  // Job-wide state, changed at runtime (own line).
+  alignas(kLine) std::atomic<std::uint32_t> job_state;  // JobState
+  std::atomic<std::int32_t> failed_rank;                // first rank known to have failed, or -1
+  std::atomic<std::uint32_t> failed_kind;               // EndKind
+  std::atomic<std::int32_t> failed_code;
+  std::atomic<std::uint32_t> attached;                  // ranks that attached so far
+  std::atomic<std::uint32_t> abort_seq;                 // bumped on every abort request
+  char reserved2[kLine - 24];
+};
+static_assert(sizeof(SegmentHeader) == 2 * kLine);
+static_assert(alignof(SegmentHeader) == kLine);
+
+enum class RankState : std::uint32_t {
+  Empty = 0,      // nobody attached yet
+  Running = 1,    // attached and working
+  Finalized = 2,  // called destroy_process_group: sends nothing more
+  Ended = 3,      // its process or thread ended without finalizing; see end_kind/end_code
+};
+
+// What a rank is blocked on, for hang reports (operation codes in wait/blocked_on.hpp).
+struct BlockedOn {
+  std::atomic<std::uint32_t> version;  // odd while being written (seqlock)
+  std::atomic<std::uint32_t> op;       // 0 = not blocked
+  std::atomic<std::int32_t> peer;      // global rank, -1 = any source
+  std::atomic<std::uint32_t> group;    // group id
+  std::atomic<std::int32_t> tag;
+  std::atomic<std::uint32_t> pending_ops;  // operations of this rank still pending
+  std::atomic<std::uint64_t> bytes;
+  std::atomic<std::int64_t> since_ns;  // CLOCK_REALTIME nanoseconds when the wait began
+};
+
+struct RankControl {
+  // Line 0: the doorbell. Peers bump `seq` and FUTEX_WAKE it when `armed` is set.
+  alignas(kLine) std::atomic<std::uint32_t> doorbell_seq;
+  std::atomic<std::uint32_t> armed;
+  char pad0[kLine - 8];
+  // Line 1: ready hints, bit s of word s/64 = "ring from rank s may hold records".
+  alignas(kLine) std::atomic<std::uint64_t> ready[kReadyWords];
+  // Line 2: identity and state.
+  alignas(kLine) std::atomic<std::int32_t> pid;
+  std::atomic<std::uint32_t> state;  // RankState
+  std::atomic<std::uint32_t> end_kind;  // EndKind
+  std::atomic<std::int32_t> end_code;
+  std::atomic<std::uint64_t> heartbeat_ns;  // last time the rank was seen alive (diagnostics)
+  char pad2[kLine - 24];
+  // Line 3: what the rank waits for (written only on the slow path, read by the launcher).
+  alignas(kLine) BlockedOn blocked;
+};
+static_assert(sizeof(RankControl) == 4 * kLine);
+static_assert(sizeof(BlockedOn) <= kLine);
+
+struct RingControl {
+  // Written by the consumer only: bytes consumed so far (64-bit, never wraps in practice).
+  alignas(kLine) std::atomic<std::uint64_t> tail;
+  // Written by the producer only: bytes published so far. Diagnostics (ring fill level) only:
+  // the consumer finds records through their stamps, never through this.
+  alignas(kLine) std::atomic<std::uint64_t> head_hint;
+};
+static_assert(sizeof(RingControl) == 2 * kLine);
+
+inline constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Offsets and sizes of everything in a segment for a given world and ring size.
+struct Geometry {
+  std::uint32_t world_size = 0;
+  std::uint64_t ring_size = 0;
+  std::uint64_t rank_control_offset = 0;
+  std::uint64_t ring_control_offset = 0;
+  std::uint64_t ring_data_offset = 0;
+  std::uint64_t total_size = 0;
+
+  static Geometry compute(std::uint32_t world_size, std::uint64_t ring_size) {
+    Geometry g;
+    g.world_size = world_size;
+    g.ring_size = ring_size;
+    const std::uint64_t rings = std::uint64_t{world_size} * (world_size - 1);
+    g.rank_control_offset = sizeof(SegmentHeader);
+    g.ring_control_offset = g.rank_control_offset + std::uint64_t{world_size} * sizeof(RankControl);
+    g.ring_data_offset = align_up(g.ring_control_offset + rings * sizeof(RingControl), kPage);
+    g.total_size = g.ring_data_offset + rings * ring_size;
+    return g;
+  }
+  // Index of the ring carrying messages from `src` to `dst` (src != dst).
+  std::uint64_t ring_index(int src, int dst) const {
+    return std::uint64_t(src) * (world_size - 1) + std::uint64_t(dst < src ? dst : dst - 1);
+  }
+};
+
+}  // namespace shmdist::segment

@@ -1,0 +1,336 @@
+#include "segment/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include <shmdist/errors.hpp>
+
+namespace shmdist::segment {
+namespace bip = boost::interprocess;
+
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB";
+}
+
+std::uint64_t random_u64() {
+  std::uint64_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != sizeof v)
+    throw SetupError(std::string("getrandom failed: ") + std::strerror(errno));
+  return v;
+}
+
+std::string random_name() {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "shmdist-%u-%016llx%016llx", static_cast<unsigned>(getuid()),
+                static_cast<unsigned long long>(random_u64()),
+                static_cast<unsigned long long>(random_u64()));
+  return buf;
+}
+
+void check_world_size(int world_size) {
+  if (world_size < 1 || world_size > kMaxWorldSize)
+    throw SetupError("world size " + std::to_string(world_size) + " is out of range: expected 1.." +
+                     std::to_string(kMaxWorldSize));
+}
+
+// Fails early, with the numbers, when /dev/shm cannot hold the segment.
+void check_room(std::uint64_t needed) {
+  struct statvfs st {};
+  if (statvfs("/dev/shm", &st) != 0) return;  // no /dev/shm to ask: let fallocate decide
+  const std::uint64_t avail = std::uint64_t{st.f_bavail} * st.f_frsize;
+  if (avail < needed)
+    throw SetupError("the shared segment needs " + mib(needed) + " in /dev/shm but only " +
+                     mib(avail) + " are free. Free space in /dev/shm, give the container more "
+                     "(docker --shm-size), use a smaller --ring-size, or run fewer ranks.");
+}
+
+}  // namespace
+
+std::uint64_t default_ring_size(int world_size) {
+  const std::uint64_t rings = world_size > 1 ? std::uint64_t(world_size) * (world_size - 1) : 1;
+  std::uint64_t size = std::uint64_t{1} << 20;
+  while (size > (std::uint64_t{64} << 10) && rings * size > (std::uint64_t{256} << 20)) size >>= 1;
+  return size;
+}
+
+void check_ring_size(std::uint64_t ring_size, const std::string& what) {
+  const bool pow2 = ring_size != 0 && (ring_size & (ring_size - 1)) == 0;
+  if (!pow2 || ring_size < kMinRingSize || ring_size > kMaxRingSize)
+    throw SetupError(what + " = " + std::to_string(ring_size) +
+                     " bytes: expected a power of two from " + std::to_string(kMinRingSize) +
+                     " (4K) to " + std::to_string(kMaxRingSize) + " (1G), for example 64K or 1M");
+}
+
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+  std::size_t i = 0;
+  std::uint64_t value = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (value > (std::uint64_t{1} << 50))
+      throw SetupError(what + " = '" + text + "' is too large");
+    value = value * 10 + std::uint64_t(text[i] - '0');
+    ++i;
+  }
+  std::string unit = text.substr(i);
+  std::uint64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") scale = std::uint64_t{1} << 10;
+  else if (unit == "M" || unit == "MiB") scale = std::uint64_t{1} << 20;
+  else if (unit == "G" || unit == "GiB") scale = std::uint64_t{1} << 30;
+  if (i == 0 || scale == 0)
+    throw SetupError(what + " = '" + text +
+                     "' is not a byte size: expected a number with an optional K, M or G "
+                     "suffix (powers of 1024), for example 65536, 64K or 1M");
+  return value * scale;
+}
+
+Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    this->~Segment();
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    geometry_ = o.geometry_;
+    name_ = std::move(o.name_);
+    o.name_.clear();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_) munmap(base_, size_);
+  base_ = nullptr;
+  close_fd();
+}
+
+void Segment::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Segment::unlink_name() {
+  if (!name_.empty()) remove_name(name_);
+  name_.clear();
+}
+
+void Segment::remove_name(const std::string& name) {
+  bip::shared_memory_object::remove(name.c_str());
+}
+
+RankControl& Segment::rank_control(int rank) const {
+  auto* p = static_cast<std::byte*>(base_) + geometry_.rank_control_offset;
+  return reinterpret_cast<RankControl*>(static_cast<void*>(p))[rank];
+}
+
+RingControl& Segment::ring_control(int src, int dst) const {
+  auto* p = static_cast<std::byte*>(base_) + geometry_.ring_control_offset;
+  return reinterpret_cast<RingControl*>(static_cast<void*>(p))[geometry_.ring_index(src, dst)];
+}
+
+std::byte* Segment::ring_data(int src, int dst) const {
+  return static_cast<std::byte*>(base_) + geometry_.ring_data_offset +
+         geometry_.ring_index(src, dst) * geometry_.ring_size;
+}
+
+// Constructs the layout in freshly zeroed memory (placement new value-initialises atomics).
+void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
+  auto* h = new (base_) SegmentHeader{};
+  h->layout_version = kLayoutVersion;
+  h->header_size = sizeof(SegmentHeader);
+  h->world_size = static_cast<std::uint32_t>(world_size);
+  h->line_size = kLine;
+  h->ring_size = ring_size;
+  h->total_size = geometry_.total_size;
+  h->rank_control_offset = geometry_.rank_control_offset;
+  h->ring_control_offset = geometry_.ring_control_offset;
+  h->ring_data_offset = geometry_.ring_data_offset;
+  h->job_key = random_u64();
+  h->creator_pid = getpid();
+  h->failed_rank.store(-1, std::memory_order_relaxed);
+  for (int r = 0; r < world_size; ++r) {
+    auto* rc = new (&rank_control(r)) RankControl{};
+    rc->blocked.peer.store(-1, std::memory_order_relaxed);
+  }
+  for (int s = 0; s < world_size; ++s)
+    for (int d = 0; d < world_size; ++d)
+      if (s != d) new (&ring_control(s, d)) RingControl{};
+  // The magic number goes last, with release: a process that opens the segment by name
+  // while we initialise it sees magic == 0 ("not ready yet") or a complete layout.
+  std::atomic_ref<std::uint64_t>(h->magic).store(kMagic, std::memory_order_release);
+}
+
+Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std::string& name,
+                              bool* already_exists) {
+  check_world_size(world_size);
+  check_ring_size(ring_size, "ring size");
+  Segment seg;
+  seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
+  check_room(seg.geometry_.total_size);
+  seg.name_ = name.empty() ? random_name() : name;
+  try {
+    bip::permissions perm(0600);
+    bip::shared_memory_object shm(bip::create_only, seg.name_.c_str(), bip::read_write, perm);
+    // Our own descriptor (dup clears close-on-exec; launchers decide what children inherit).
+    seg.fd_ = ::dup(shm.get_mapping_handle().handle);
+  } catch (const bip::interprocess_exception& e) {
+    std::string n = seg.name_;
+    seg.name_.clear();
+    if (already_exists && e.get_error_code() == bip::already_exists_error) {
+      *already_exists = true;
+      return Segment{};
+    }
+    throw SetupError("cannot create shared-memory object '" + n + "': " + e.what() +
+                     ". Check that /dev/shm is mounted and writable.");
+  }
+  if (seg.fd_ < 0) throw SetupError(std::string("dup failed: ") + std::strerror(errno));
+  fcntl(seg.fd_, F_SETFD, FD_CLOEXEC);
+  const auto total = static_cast<off_t>(seg.geometry_.total_size);
+  if (ftruncate(seg.fd_, total) != 0)
+    throw SetupError("cannot size the shared segment to " + mib(seg.geometry_.total_size) + ": " +
+                     std::strerror(errno));
+  if (int err = posix_fallocate(seg.fd_, 0, total); err != 0)
+    throw SetupError("cannot reserve " + mib(seg.geometry_.total_size) +
+                     " for the shared segment in /dev/shm: " + std::strerror(err) +
+                     ". Free space in /dev/shm, use a smaller --ring-size, or run fewer ranks.");
+  seg.size_ = seg.geometry_.total_size;
+  seg.base_ = mmap(nullptr, seg.size_, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd_, 0);
+  if (seg.base_ == MAP_FAILED) {
+    seg.base_ = nullptr;
+    throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
+  }
+  seg.map_and_init(world_size, ring_size);
+  return seg;
+}
+
+Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
+  check_world_size(world_size);
+  check_ring_size(ring_size, "ring size");
+  Segment seg;
+  seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
+  seg.size_ = seg.geometry_.total_size;
+  seg.base_ = mmap(nullptr, seg.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (seg.base_ == MAP_FAILED) {
+    seg.base_ = nullptr;
+    throw SetupError("cannot map an anonymous segment of " + mib(seg.size_) + ": " +
+                     std::strerror(errno));
+  }
+#ifdef MADV_POPULATE_WRITE
+  // Commit the memory now so that a shortage is an error here, not a SIGBUS later.
+  if (madvise(seg.base_, seg.size_, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)
+    throw SetupError("cannot commit " + mib(seg.size_) + " for the shared segment: " +
+                     std::strerror(errno));
+#endif
+  seg.map_and_init(world_size, ring_size);
+  return seg;
+}
+
+void Segment::validate(const void* base, std::size_t mapped_size, int expected_world_size) {
+  auto fail = [](const std::string& what) {
+    throw SetupError("the shared segment is not valid: " + what +
+                     ". It belongs to another version of shmdist or to another job, or it is "
+                     "corrupt; start the job again with this version's shmrun.");
+  };
+  if (mapped_size < sizeof(SegmentHeader))
+    fail("it is " + std::to_string(mapped_size) + " bytes, smaller than its header");
+  const auto& h = *static_cast<const SegmentHeader*>(base);
+  const std::uint64_t magic = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(h.magic))
+                                  .load(std::memory_order_acquire);
+  if (magic != kMagic) fail("wrong magic number");
+  if (h.layout_version != kLayoutVersion)
+    fail("layout version " + std::to_string(h.layout_version) + ", expected " +
+         std::to_string(kLayoutVersion));
+  if (h.header_size != sizeof(SegmentHeader) || h.line_size != kLine)
+    fail("header size " + std::to_string(h.header_size) + "/line " + std::to_string(h.line_size) +
+         ", expected " + std::to_string(sizeof(SegmentHeader)) + "/" + std::to_string(kLine));
+  if (h.world_size < 1 || h.world_size > std::uint32_t(kMaxWorldSize))
+    fail("world size " + std::to_string(h.world_size) + " out of range");
+  if (expected_world_size > 0 && h.world_size != std::uint32_t(expected_world_size))
+    fail("it was made for " + std::to_string(h.world_size) + " ranks but WORLD_SIZE is " +
+         std::to_string(expected_world_size));
+  const bool pow2 = h.ring_size != 0 && (h.ring_size & (h.ring_size - 1)) == 0;
+  if (!pow2 || h.ring_size < kMinRingSize || h.ring_size > kMaxRingSize)
+    fail("ring size " + std::to_string(h.ring_size) + " is not a power of two in range");
+  const Geometry g = Geometry::compute(h.world_size, h.ring_size);
+  if (h.rank_control_offset != g.rank_control_offset ||
+      h.ring_control_offset != g.ring_control_offset || h.ring_data_offset != g.ring_data_offset ||
+      h.total_size != g.total_size)
+    fail("its offsets or total size disagree with its world and ring size");
+  if (h.total_size != mapped_size)
+    fail("the header says " + std::to_string(h.total_size) + " bytes but the object has " +
+         std::to_string(mapped_size));
+}
+
+namespace {
+void map_validated(int fd, int expected_world_size, void*& base, std::size_t& size) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0)
+    throw SetupError(std::string("cannot stat the shared segment: ") + std::strerror(errno));
+  size = static_cast<std::size_t>(st.st_size);
+  if (size < sizeof(SegmentHeader))
+    throw SetupError("the shared segment is only " + std::to_string(size) +
+                     " bytes; it was not created by shmrun or is truncated");
+  base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    base = nullptr;
+    throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
+  }
+  try {
+    Segment::validate(base, size, expected_world_size);
+  } catch (...) {
+    munmap(base, size);
+    base = nullptr;
+    throw;
+  }
+}
+}  // namespace
+
+// The descriptor stays the caller's (an inherited one is closed by the caller once mapped).
+Segment Segment::attach_fd(int fd, int expected_world_size) {
+  Segment seg;
+  map_validated(fd, expected_world_size, seg.base_, seg.size_);
+  seg.geometry_ = Geometry::compute(seg.header().world_size, seg.header().ring_size);
+  return seg;
+}
+
+Segment Segment::attach_name(const std::string& name, int expected_world_size) {
+  int fd = -1;
+  try {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    fd = ::dup(shm.get_mapping_handle().handle);
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::not_found_error) return Segment{};
+    throw SetupError("cannot open shared-memory object '" + name + "': " + e.what());
+  }
+  if (fd < 0) throw SetupError(std::string("dup failed: ") + std::strerror(errno));
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  Segment seg;
+  seg.fd_ = fd;
+  // Not ready yet: the creator has not sized it, or not written the magic number (last).
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || std::size_t(st.st_size) < sizeof(SegmentHeader)) return Segment{};
+  void* base = mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return Segment{};
+  const std::uint64_t magic =
+      std::atomic_ref<std::uint64_t>(static_cast<SegmentHeader*>(base)->magic)
+          .load(std::memory_order_acquire);
+  munmap(base, sizeof(SegmentHeader));
+  if (magic == 0) return Segment{};
+  map_validated(fd, expected_world_size, seg.base_, seg.size_);
+  seg.geometry_ = Geometry::compute(seg.header().world_size, seg.header().ring_size);
+  return seg;
+}
+
+}  // namespace shmdist::segment

@@ -1,0 +1,79 @@
+// A mapping of one job's shared segment in this process: creation (named with
+// Boost.Interprocess, or anonymous for fork/thread launches), attach and validation.
+// Holds no pointers into shared memory other than its own mapping base.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "segment/layout.hpp"
+
+namespace shmdist::segment {
+
+// The default ring size for a world: the largest power of two up to 1 MiB that keeps all
+// world*(world-1) rings within 256 MiB, but at least 64 KiB (64 ranks: 64 KiB rings, 252 MiB).
+std::uint64_t default_ring_size(int world_size);
+
+// Parses a byte size such as "65536", "64K", "64KiB", "1M", "1MiB". Throws SetupError naming
+// `what` (for example "--ring-size" or "SHMDIST_RING_SIZE").
+std::uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+// Throws SetupError unless `ring_size` is a power of two within [kMinRingSize, kMaxRingSize].
+void check_ring_size(std::uint64_t ring_size, const std::string& what);
+
+class Segment {
+ public:
+  Segment() = default;
+  Segment(Segment&&) noexcept;
+  Segment& operator=(Segment&&) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  // Creates a named POSIX shared-memory object (0600, exclusive, unguessable name) with
+  // Boost.Interprocess, checks /dev/shm has room, preallocates it (no SIGBUS later) and
+  // initialises the layout. The name stays until unlink_name(); the descriptor stays open.
+  // If `already_exists` is given and the name is taken, sets it and returns an invalid Segment.
+  static Segment create_named(int world_size, std::uint64_t ring_size,
+                              const std::string& name = {}, bool* already_exists = nullptr);
+  // Creates an anonymous shared mapping (inherited across fork, shared by threads). No name.
+  static Segment create_anonymous(int world_size, std::uint64_t ring_size);
+  // Maps an inherited descriptor of a segment created by create_named and validates it.
+  static Segment attach_fd(int fd, int expected_world_size);
+  // Opens a named segment and validates it (SetupError on any mismatch). Returns an invalid
+  // Segment if the name does not exist or its creator has not finished initialising it.
+  static Segment attach_name(const std::string& name, int expected_world_size);
+
+  // Checks a mapped header against the size of its mapping and an expected world size.
+  // Untrusted input: used by attach and by the fuzz target.
+  static void validate(const void* base, std::size_t mapped_size, int expected_world_size);
+
+  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  RankControl& rank_control(int rank) const;
+  RingControl& ring_control(int src, int dst) const;
+  std::byte* ring_data(int src, int dst) const;
+  const Geometry& geometry() const { return geometry_; }
+  int world_size() const { return static_cast<int>(geometry_.world_size); }
+  std::uint64_t ring_size() const { return geometry_.ring_size; }
+
+  const std::string& name() const { return name_; }
+  int fd() const { return fd_; }
+  // Removes the name from /dev/shm (the memory lives on while mapped). Idempotent.
+  void unlink_name();
+  static void remove_name(const std::string& name);
+  // Closes the descriptor (the mapping stays valid).
+  void close_fd();
+  bool valid() const { return base_ != nullptr; }
+
+ private:
+  void map_and_init(int world_size, std::uint64_t ring_size);
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  Geometry geometry_;
+  std::string name_;
+  int fd_ = -1;
+};
+
+}  // namespace shmdist::segment

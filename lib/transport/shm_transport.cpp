@@ -1,0 +1,312 @@
+#include "transport/shm_transport.hpp"
+
+#include <utility>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "segment/job_state.hpp"
+#include "wait/liveness.hpp"
+
+namespace shmdist::transport {
+
+using segment::RankControl;
+using segment::RankState;
+
+namespace {
+// A record below this size is not worth writing while more bytes are due: wait for space.
+constexpr std::size_t kMinUsefulRecord = 4096;
+// Records taken from one ring per poll before moving on (fairness between sources).
+constexpr int kRecordsPerRingPerPoll = 32;
+// Hinted polls that found a ring empty before its hint is cleared.
+constexpr std::uint32_t kEmptyPollsBeforeClear = 64;
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+// How long a dead peer's launcher gets to record its exit status before we report it gone.
+constexpr auto kLauncherRecordGrace = std::chrono::milliseconds(500);
+}  // namespace
+
+ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      world_(segment_->world_size()),
+      own_(&segment_->rank_control(rank)),
+      doorbell_(*own_),
+      producers_(world_),
+      consumers_(world_),
+      inbound_(world_),
+      next_liveness_check_(world_) {
+  const std::uint64_t ring_size = segment_->ring_size();
+  chunk_ = static_cast<std::size_t>(std::min<std::uint64_t>(ring_size / 8, 64 << 10));
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer == rank_) continue;
+    producers_[peer] = ring::RingProducer(&segment_->ring_control(rank_, peer),
+                                          segment_->ring_data(rank_, peer), ring_size);
+    consumers_[peer] = ring::RingConsumer(&segment_->ring_control(peer, rank_),
+                                          segment_->ring_data(peer, rank_), ring_size);
+  }
+  // Claim the rank's slot; a second claimant (a duplicated RANK) is a setup error.
+  std::uint32_t empty = static_cast<std::uint32_t>(RankState::Empty);
+  if (!own_->state.compare_exchange_strong(empty, static_cast<std::uint32_t>(RankState::Running),
+                                           std::memory_order_acq_rel))
+    throw SetupError("rank " + std::to_string(rank_) +
+                     " of this job was already claimed by another process or thread; each rank "
+                     "joins once (is RANK duplicated, or init_process_group called twice?)");
+  own_->pid.store(getpid(), std::memory_order_relaxed);
+  segment_->header().attached.fetch_add(1, std::memory_order_acq_rel);
+  // Thread mode: all ranks live in one process, so a pid says nothing about a rank.
+  shares_pid_with_peers_ = (segment_->header().flags & segment::kThreadMode) != 0;
+}
+
+ShmTransport::~ShmTransport() = default;
+
+// ---- inbound --------------------------------------------------------------------------------
+
+bool ShmTransport::poll(InboundHandler& handler, int preferred, bool full_scan) {
+  bool moved = false;
+  if (preferred >= 0 && preferred != rank_) moved |= drain(preferred, handler);
+  if (full_scan) {
+    for (int i = 0; i < world_; ++i) {
+      const int src = (cursor_ + i) % world_;
+      if (src == rank_ || src == preferred) continue;
+      if (drain(src, handler)) moved = true;
+      else clear_hint_if_empty(src);
+    }
+  } else if (world_ > 2 || preferred < 0) {
+    // Start where the last scan stopped so that no sender starves.
+    moved |= scan_hinted(handler, preferred, cursor_, world_);
+    moved |= scan_hinted(handler, preferred, 0, cursor_);
+  }
+  cursor_ = cursor_ + 1 == world_ ? 0 : cursor_ + 1;
+  return moved;
+}
+
+// Visits sources in [lo, hi) whose ready hint is set. The hint is only a hint (the ring's
+// stamps decide), so relaxed loads are enough.
+bool ShmTransport::scan_hinted(InboundHandler& handler, int skip, int lo, int hi) {
+  bool moved = false;
+  for (int w = lo / 64; w * 64 < hi; ++w) {
+    std::uint64_t bits = own_->ready[w].load(std::memory_order_relaxed);
+    const int base = w * 64;
+    if (lo > base) bits &= ~std::uint64_t{0} << (lo - base);
+    if (hi - base < 64) bits &= (std::uint64_t{1} << (hi - base)) - 1;
+    if (skip >= base && skip < base + 64) bits &= ~(std::uint64_t{1} << (skip - base));
+    while (bits) {
+      const int src = base + std::countr_zero(bits);
+      bits &= bits - 1;
+      if (drain(src, handler)) {
+        inbound_[src].empty_polls = 0;
+        moved = true;
+      } else if (++inbound_[src].empty_polls >= kEmptyPollsBeforeClear) {
+        clear_hint_if_empty(src);
+      }
+    }
+  }
+  return moved;
+}
+
+// Clears a source's hint, then looks again: a sender that published before our clear but
+// read the hint as still set did not set it again, so the second look must find its record.
+// (The sender fences between publishing and reading the hint; fetch_and is a full barrier.)
+void ShmTransport::clear_hint_if_empty(int src) {
+  auto& word = own_->ready[src / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (src % 64);
+  if (!(word.load(std::memory_order_relaxed) & bit)) return;
+  if (inbound_[src].in_message) return;  // keep hinting while a message streams in
+  word.fetch_and(~bit, std::memory_order_seq_cst);
+  inbound_[src].empty_polls = 0;
+  if (consumers_[src].peek() != nullptr) word.fetch_or(bit, std::memory_order_relaxed);
+}
+
+bool ShmTransport::drain(int src, InboundHandler& handler) {
+  ring::RingConsumer& consumer = consumers_[src];
+  int taken = 0;
+  while (taken < kRecordsPerRingPerPoll) {
+    const ring::RecordHeader* rec = consumer.peek();
+    if (rec == nullptr) break;
+    consume_record(src, *rec, handler);
+    ++taken;
+  }
+  if (taken > 0 && !inbound_[src].dirty) {
+    inbound_[src].dirty = true;
+    dirty_sources_.push_back(src);
+  }
+  return taken > 0;
+}
+
+void ShmTransport::consume_record(int src, const ring::RecordHeader& rec_in_ring,
+                                  InboundHandler& handler) {
+  ring::RingConsumer& consumer = consumers_[src];
+  Inbound& in = inbound_[src];
+  // Read the header fields once: the peer's memory is untrusted and could change under us.
+  ring::RecordHeader rec;
+  std::memcpy(&rec, &rec_in_ring, sizeof rec);
+  ring::check_record(rec.kind, rec.length, consumer.max_record_length(), in.in_message,
+                     in.remaining, src);
+  std::uint64_t offset = 0;
+  if (rec.kind == static_cast<std::uint16_t>(ring::RecordKind::Start)) {
+    ring::MessageHeader raw;
+    std::memcpy(&raw, consumer.payload_prefix(), sizeof raw);  // within the first 64 bytes
+    const Envelope env = ring::decode_header(raw, rec.length, src);
+    InboundSink* sink = handler.on_message_start(env);  // may throw: record stays for later
+    in.sink = sink;
+    in.env = env;
+    in.remaining = env.nbytes;
+    in.in_message = true;
+    offset = sizeof(ring::MessageHeader);
+  }
+  const std::uint64_t n = rec.length - offset;
+  if (n > 0) {
+    consumer.copy_payload(offset, in.sink->dest + in.sink->received, n);
+    in.sink->received += n;
+    in.remaining -= n;
+  }
+  consumer.release(rec.length);
+  if (in.remaining == 0) {
+    in.in_message = false;
+    InboundSink* sink = std::exchange(in.sink, nullptr);
+    handler.on_message_complete(sink, in.env);
+  }
+}
+
+void ShmTransport::flush() {
+  if (dirty_sources_.empty()) return;
+  for (int src : dirty_sources_) {
+    consumers_[src].publish();
+    inbound_[src].dirty = false;
+  }
+  // One fence for all rings, then wake each producer that sleeps waiting for space
+  // (the doorbell protocol of wait/doorbell.hpp, with the fence shared).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int src : dirty_sources_) {
+    RankControl& producer = segment_->rank_control(src);
+    if (producer.armed.load(std::memory_order_relaxed) != 0) wait::wake(producer);
+  }
+  dirty_sources_.clear();
+}
+
+// ---- outbound -------------------------------------------------------------------------------
+
+bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
+  ring::RingProducer& producer = producers_[dst];
+  bool moved = false;
+  while (!msg.done()) {
+    const std::uint64_t remaining = msg.env.nbytes - msg.sent;
+    const std::size_t prefix = msg.started ? 0 : sizeof(ring::MessageHeader);
+    const std::size_t want = prefix + static_cast<std::size_t>(std::min<std::uint64_t>(
+                                          remaining, chunk_ - prefix));
+    const std::size_t room = producer.writable(want);
+    if (room < std::min(want, kMinUsefulRecord)) break;
+    const std::size_t n = std::min(room, want) - prefix;
+    const std::span<const std::byte> payload(msg.next, n);
+    if (!msg.started) {
+      const ring::MessageHeader header = ring::encode_header(msg.env);
+      producer.publish(ring::RecordKind::Start,
+                       std::as_bytes(std::span<const ring::MessageHeader, 1>(&header, 1)), payload);
+      msg.started = true;
+    } else {
+      producer.publish(ring::RecordKind::Continuation, {}, payload);
+    }
+    msg.sent += n;
+    msg.next += n;
+    moved = true;
+  }
+  if (moved) notify_receiver(dst);
+  return moved;
+}
+
+// After publishing records to `dst`: set its ready hint for our ring if clear, and wake it if
+// it sleeps. The fence orders our stamps before both loads (see clear_hint_if_empty and
+// wait/doorbell.hpp for the other halves of these two protocols).
+void ShmTransport::notify_receiver(int dst) {
+  RankControl& receiver = segment_->rank_control(dst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  auto& word = receiver.ready[rank_ / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (rank_ % 64);
+  if (!(word.load(std::memory_order_relaxed) & bit)) word.fetch_or(bit, std::memory_order_relaxed);
+  if (receiver.armed.load(std::memory_order_relaxed) != 0) wait::wake(receiver);
+}
+
+// ---- peers and job state --------------------------------------------------------------------
+
+PeerState ShmTransport::peer_state(int peer) {
+  const RankControl& rc = segment_->rank_control(peer);
+  const auto state = static_cast<RankState>(rc.state.load(std::memory_order_acquire));
+  if (state == RankState::Finalized) return {PeerStatus::Finalized, true, {}};
+  if (state == RankState::Ended) {
+    const bool clean = rc.end_kind.load(std::memory_order_acquire) ==
+                           static_cast<std::uint32_t>(segment::EndKind::Exited) &&
+                       rc.end_code.load(std::memory_order_relaxed) == 0;
+    return {PeerStatus::Gone, clean, segment::describe_rank_end(*segment_, peer)};
+  }
+  if (state == RankState::Running && !shares_pid_with_peers_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_liveness_check_[peer]) {
+      next_liveness_check_[peer] = now + kLivenessInterval;
+      const pid_t pid = rc.pid.load(std::memory_order_relaxed);
+      if (pid > 0 && !wait::process_alive(pid)) {
+        // A launcher that is our parent (shmrun, launch()) reaps the peer and records how it
+        // ended within moments; saying "gone, exit status unknown" first would hide that.
+        if (seen_dead_since_.empty()) seen_dead_since_.resize(world_);
+        auto& since = seen_dead_since_[peer];
+        if (since == std::chrono::steady_clock::time_point{}) since = now;
+        const bool launcher_reaps = getppid() == segment_->header().creator_pid;
+        if (launcher_reaps && now < since + kLauncherRecordGrace)
+          return {PeerStatus::Running, false, {}};
+        return {PeerStatus::Gone, false,
+                "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
+                    ") is gone without finalizing (exit status unknown here)"};
+      }
+    }
+  }
+  return {PeerStatus::Running, false, {}};
+}
+
+void ShmTransport::check_job() {
+  const auto& h = segment_->header();
+  if (h.job_state.load(std::memory_order_acquire) !=
+      static_cast<std::uint32_t>(segment::JobState::Aborted))
+    return;
+  throw PeerFailure(segment::describe_job_failure(*segment_));
+}
+
+void ShmTransport::report_failure(int peer) {
+  segment::record_job_failure(*segment_, peer, segment::EndKind::Vanished, 0);
+}
+
+void ShmTransport::set_blocked(const BlockedInfo& info) {
+  auto& b = own_->blocked;
+  const std::uint32_t v = b.version.load(std::memory_order_relaxed);
+  b.version.store(v + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  b.op.store(info.op, std::memory_order_relaxed);
+  b.peer.store(info.peer, std::memory_order_relaxed);
+  b.group.store(info.group, std::memory_order_relaxed);
+  b.tag.store(info.tag, std::memory_order_relaxed);
+  b.bytes.store(info.bytes, std::memory_order_relaxed);
+  b.pending_ops.store(info.pending_ops, std::memory_order_relaxed);
+  b.since_ns.store(segment::wall_clock_ns(), std::memory_order_relaxed);
+  b.version.store(v + 2, std::memory_order_release);
+}
+
+void ShmTransport::clear_blocked() {
+  auto& b = own_->blocked;
+  if (b.op.load(std::memory_order_relaxed) == 0) return;
+  const std::uint32_t v = b.version.load(std::memory_order_relaxed);
+  b.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  b.op.store(0, std::memory_order_relaxed);
+  b.version.store(v + 2, std::memory_order_release);
+}
+
+void ShmTransport::mark_finalized() {
+  own_->state.store(static_cast<std::uint32_t>(RankState::Finalized), std::memory_order_release);
+  // Peers blocked on us (waiting for a message, or for everyone to finalize) must look again.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int peer = 0; peer < world_; ++peer)
+    if (peer != rank_ && segment_->rank_control(peer).armed.load(std::memory_order_relaxed))
+      wait::wake(segment_->rank_control(peer));
+}
+
+}  // namespace shmdist::transport

@@ -1,0 +1,79 @@
+// The shared-memory transport: one SPSC ring per ordered rank pair in the job's segment,
+// a doorbell per rank, and ready hints so that idle peers cost an any-source scan nothing.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ring/ring.hpp"
+#include "segment/segment.hpp"
+#include "transport/transport.hpp"
+#include "wait/doorbell.hpp"
+
+namespace shmdist::transport {
+
+class ShmTransport final : public Transport {
+ public:
+  // Joins `segment` as `rank` (marks it running with this process's pid).
+  ShmTransport(std::shared_ptr<segment::Segment> segment, int rank);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  bool poll(InboundHandler& handler, int preferred, bool full_scan) override;
+  bool send_some(int dst, OutboundMessage& msg) override;
+  void flush() override;
+  bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }
+  bool inbound_pending(int src) const override { return consumers_[src].peek() != nullptr; }
+
+  std::uint32_t arm() override { return doorbell_.arm(); }
+  void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override {
+    doorbell_.sleep(token, timeout);
+  }
+  void disarm() override { doorbell_.disarm(); }
+
+  PeerState peer_state(int peer) override;
+  void check_job() override;
+  void report_failure(int peer) override;
+  void set_blocked(const BlockedInfo& info) override;
+  void clear_blocked() override;
+  void mark_finalized() override;
+
+  const segment::Segment& segment() const { return *segment_; }
+
+ private:
+  struct Inbound {
+    InboundSink* sink = nullptr;
+    Envelope env;
+    std::uint64_t remaining = 0;
+    bool in_message = false;
+    bool dirty = false;             // consumed records whose space is not yet published
+    std::uint32_t empty_polls = 0;  // consecutive hinted polls that found nothing
+  };
+
+  bool drain(int src, InboundHandler& handler);
+  void consume_record(int src, const ring::RecordHeader& rec, InboundHandler& handler);
+  bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
+  void clear_hint_if_empty(int src);
+  void notify_receiver(int dst);
+
+  std::shared_ptr<segment::Segment> segment_;
+  int rank_;
+  int world_;
+  bool shares_pid_with_peers_ = false;  // thread mode: liveness by pid means nothing
+  segment::RankControl* own_;
+  wait::Doorbell doorbell_;
+  std::vector<ring::RingProducer> producers_;  // by destination
+  std::vector<ring::RingConsumer> consumers_;  // by source
+  std::vector<Inbound> inbound_;               // by source
+  std::vector<int> dirty_sources_;
+  std::vector<std::chrono::steady_clock::time_point> next_liveness_check_;
+  std::vector<std::chrono::steady_clock::time_point> seen_dead_since_;  // by peer, lazily sized
+  std::size_t chunk_;                          // largest payload per record
+  int cursor_ = 0;                             // where the next hinted scan starts
+};
+
+}  // namespace shmdist::transport

@@ -1,0 +1,101 @@
+// The seam between "how bytes move" (a Transport) and "what a message means" (the engine's
+// matching and progress). A transport moves whole messages as ordered byte streams per peer:
+// it tells the engine when a message from a source begins, asks it where the bytes go, and
+// fills that memory; on the way out it streams a message's bytes as space allows. It also
+// owns waiting (doorbells) and what it knows of peers' health. The shared-memory rings are
+// one implementation (ShmTransport); a single-copy path or an MPI-backed transport would be
+// others.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ring/frame.hpp"
+
+namespace shmdist::transport {
+
+using ring::Envelope;
+
+// Where an incoming message's bytes go. Owned by the engine; the transport writes
+// bytes at dest + received and advances `received`. The engine may repoint `dest`
+// (copying what arrived so far) while a message streams in.
+struct InboundSink {
+  std::byte* dest = nullptr;
+  std::uint64_t received = 0;
+};
+
+class InboundHandler {
+ public:
+  virtual ~InboundHandler() = default;
+  // A message from env.src begins; return where its env.nbytes bytes go.
+  virtual InboundSink* on_message_start(const Envelope& env) = 0;
+  // All its bytes have arrived.
+  virtual void on_message_complete(InboundSink* sink, const Envelope& env) = 0;
+};
+
+// A message on its way out. The transport advances `next` and `sent` and sets `started`.
+struct OutboundMessage {
+  Envelope env;
+  const std::byte* next = nullptr;  // the first byte not yet sent
+  std::uint64_t sent = 0;
+  bool started = false;
+  bool done() const { return started && sent == env.nbytes; }
+};
+
+// How a peer stands, as far as the transport knows.
+enum class PeerStatus { Running, Finalized, Gone };
+
+struct PeerState {
+  PeerStatus status = PeerStatus::Running;
+  bool clean = false;  // Gone after exiting with code 0 (sends nothing more, but no failure)
+  std::string how;     // for Gone: "rank 2 (pid 7) was killed by signal 9 (SIGKILL)", ...
+};
+
+// What a blocked call waits for, published for hang reports.
+struct BlockedInfo {
+  std::uint32_t op = 0;  // wait/blocked_on.hpp codes
+  int peer = -1;
+  std::uint32_t group = 0;
+  int tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t pending_ops = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Moves incoming bytes. `preferred` (a rank or -1) is looked at first; `full_scan` looks at
+  // every source, not only those with a ready hint. Returns true if anything moved.
+  virtual bool poll(InboundHandler& handler, int preferred, bool full_scan) = 0;
+  // Streams as much of `msg` to `dst` as the ring takes now. Returns true if anything moved.
+  virtual bool send_some(int dst, OutboundMessage& msg) = 0;
+  // Makes consumed space visible to producers and wakes those waiting for it.
+  virtual void flush() = 0;
+  // Whether a message from `src` is partly received (its sender still owes bytes).
+  virtual bool inbound_in_progress(int src) const = 0;
+  // Whether the ring from `src` holds a record not yet consumed.
+  virtual bool inbound_pending(int src) const = 0;
+
+  // Sleeping: arm, re-check (poll with full_scan), then sleep or disarm.
+  virtual std::uint32_t arm() = 0;
+  virtual void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) = 0;
+  virtual void disarm() = 0;
+
+  // Peer health and job state. check_job() throws PeerFailure if the job was aborted.
+  virtual PeerState peer_state(int peer) = 0;
+  virtual void check_job() = 0;
+  // Records that `peer` vanished and aborts the job, so every rank of the job learns it.
+  virtual void report_failure(int peer) = 0;
+
+  virtual void set_blocked(const BlockedInfo& info) = 0;
+  virtual void clear_blocked() = 0;
+  // This rank will send nothing more (destroy_process_group).
+  virtual void mark_finalized() = 0;
+};
+
+}  // namespace shmdist::transport

@@ -1,0 +1,69 @@
+// A rank's doorbell: one futex word in its control block that every peer can ring.
+//
+// The owner sleeps on it when it waits for anything (data from any peer, space in a ring to
+// any peer). The protocol is an event count; no wake-up can be lost:
+//
+//   waiter (owner)                          notifier (a peer)
+//   seq = doorbell_seq (acquire)            publish data/space (release store)
+//   armed = 1                               fence(seq_cst)                    [F_n]
+//   fence(seq_cst)                 [F_w]    if armed: ++doorbell_seq, FUTEX_WAKE
+//   re-check every condition
+//   FUTEX_WAIT(doorbell_seq, seq)
+//
+// The two seq_cst fences are totally ordered. If F_w comes first, the notifier's load after
+// F_n sees armed == 1, bumps the sequence and wakes: FUTEX_WAIT then either sees a changed
+// word and returns at once, or is already queued and gets woken. If F_n comes first, the
+// waiter's re-check after F_w sees the published data and does not sleep. Either way the
+// waiter cannot sleep through a publication. Without the fences, x86 may let each side's
+// load pass its own earlier store (StoreLoad reordering) and both would miss each other.
+//
+// The notifier pays one fence and one load of a line that is rarely written; it makes a
+// system call only when the owner is really asleep (armed), so the fast path has none.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+
+#include "segment/layout.hpp"
+#include "wait/futex.hpp"
+
+namespace shmdist::wait {
+
+// Unconditional wake-up (the launcher uses it on abort; notifiers when the owner is armed).
+inline void wake(segment::RankControl& owner) {
+  owner.doorbell_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(owner.doorbell_seq, INT_MAX);
+}
+
+// Notifier side: call after publishing, with release, something `owner` may wait for.
+inline void ring(segment::RankControl& owner) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (owner.armed.load(std::memory_order_relaxed) != 0) wake(owner);
+}
+
+// Waiter side.
+class Doorbell {
+ public:
+  Doorbell() = default;
+  explicit Doorbell(segment::RankControl& own) : own_(&own) {}
+
+  // Announces that the owner may sleep. After this, re-check every condition, then sleep()
+  // with the returned sequence (or disarm() if something turned up).
+  std::uint32_t arm() {
+    const std::uint32_t seq = own_->doorbell_seq.load(std::memory_order_acquire);
+    own_->armed.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return seq;
+  }
+  void sleep(std::uint32_t seq, std::chrono::nanoseconds timeout) {
+    futex_wait(own_->doorbell_seq, seq, timeout);
+  }
+  void disarm() { own_->armed.store(0, std::memory_order_relaxed); }
+
+ private:
+  segment::RankControl* own_ = nullptr;
+};
+
+}  // namespace shmdist::wait

@@ -1,0 +1,31 @@
+// How long a blocked call spins before it sleeps on its doorbell.
+#pragma once
+
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace shmdist::wait {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+struct SpinPolicy {
+  std::chrono::nanoseconds spin{0};  // spin this long before arming the doorbell
+  bool yield = false;                // call sched_yield while spinning (oversubscribed)
+
+  // A futex sleep/wake costs 20-30 us one way on this class of VM and a cross-core hand-off
+  // tens of ns, so with a CPU per rank we spin long enough to cover a typical turnaround.
+  // With more ranks than CPUs a spinning rank steals the CPU its peer needs: spin briefly,
+  // yield, and sleep soon. `spin_us_override` >= 0 (from SHMDIST_SPIN_US) replaces the time.
+  static SpinPolicy for_job(int local_ranks, long spin_us_override = -1);
+};
+
+}  // namespace shmdist::wait
