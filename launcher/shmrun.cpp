@@ -1,0 +1,185 @@
+// shmrun: starts N ranks of a program on one shared segment and supervises them.
+//
+//   shmrun -n N [--tag-output] [--bind-to none|core] [--ring-size BYTES] [--timeout DURATION]
+//          [--grace DURATION] [--] PROGRAM [ARGS...]
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include <shmdist/errors.hpp>
+#include <shmdist/version.hpp>
+
+#include "job/duration.hpp"
+#include "job/spawn.hpp"
+#include "job/supervisor.hpp"
+#include "pg/env.hpp"
+#include "segment/segment.hpp"
+
+namespace {
+
+using namespace shmdist;
+
+struct Options {
+  int nproc = 0;
+  bool tag_output = false;
+  std::string bind_to = "none";
+  std::string ring_size;
+  std::string timeout;
+  std::string grace = "2s";
+  std::vector<std::string> command;
+};
+
+// Forks the ranks, each with its environment, the segment descriptor, its CPU (--bind-to
+// core) and, with --tag-output, pipes for its output; hands each to the supervisor.
+void start_ranks(const Options& opt, const segment::Segment& seg, const std::string& name,
+                 const std::string& job_key, job::JobSupervisor& supervisor) {
+  const std::vector<int> cpus = job::allowed_cpus();
+  std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
+  for (int r = 0; r < opt.nproc; ++r) {
+    job::SpawnSpec spec;
+    spec.rank = r;
+    spec.inherit_fd = seg.fd();
+    spec.env = {{"RANK", std::to_string(r)},
+                {"WORLD_SIZE", std::to_string(opt.nproc)},
+                {"LOCAL_RANK", std::to_string(r)},
+                {"LOCAL_WORLD_SIZE", std::to_string(opt.nproc)},
+                {"SHMDIST_SEGMENT_FD", std::to_string(seg.fd())},
+                {"SHMDIST_SEGMENT", name},  // already unlinked: for diagnostics only
+                {"SHMDIST_JOB_KEY", job_key}};
+    if (opt.bind_to == "core") spec.cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    auto close_pipes = [&] {
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) close(fd);
+    };
+    if (opt.tag_output) {
+      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        close_pipes();
+        throw SetupError("cannot create output pipes for rank " + std::to_string(r) + ": " +
+                         std::strerror(errno));
+      }
+      spec.stdout_fd = out[1];
+      spec.stderr_fd = err[1];
+      spec.close_fds = parent_ends;
+    }
+    pid_t pid = -1;
+    try {
+      pid = job::spawn_program(spec, opt.command);
+    } catch (...) {
+      close_pipes();
+      throw;
+    }
+    if (opt.tag_output) {
+      close(out[1]);
+      close(err[1]);
+      parent_ends.push_back(out[0]);
+      parent_ends.push_back(err[0]);
+    }
+    supervisor.add_rank(r, pid, out[0], err[0]);
+  }
+}
+
+int run(const Options& opt) {
+  std::uint64_t ring_size = segment::default_ring_size(opt.nproc);
+  if (!opt.ring_size.empty()) {
+    ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
+    segment::check_ring_size(ring_size, "--ring-size");
+  } else if (const auto env_size = env::get("SHMDIST_RING_SIZE")) {
+    ring_size = segment::parse_byte_size(*env_size, "SHMDIST_RING_SIZE");
+    segment::check_ring_size(ring_size, "SHMDIST_RING_SIZE");
+  }
+  job::SupervisorOptions sup;
+  sup.tag_output = opt.tag_output;
+  sup.handle_signals = true;
+  if (!opt.timeout.empty()) sup.job_timeout = job::parse_duration(opt.timeout, "--timeout");
+  sup.term_grace = job::parse_duration(opt.grace, "--grace");
+
+  segment::Segment seg = segment::Segment::create_named(opt.nproc, ring_size);
+  const std::string name = seg.name();
+  // The ranks inherit our descriptor, so the name is not needed: removing it now means no
+  // /dev/shm entry can outlive the job, even if shmrun itself is killed with SIGKILL.
+  seg.unlink_name();
+  char job_key_text[32];
+  std::snprintf(job_key_text, sizeof job_key_text, "%016llx",
+                static_cast<unsigned long long>(seg.header().job_key));
+  const std::string job_key = job_key_text;
+
+  job::JobSupervisor supervisor(seg, sup);
+  supervisor.install_signal_handling();
+  try {
+    start_ranks(opt, seg, name, job_key, supervisor);
+  } catch (const job::ExecFailed& e) {
+    // Said once here, not by every rank; the ranks already started are stopped.
+    supervisor.abort_startup();
+    std::fprintf(stderr, "shmrun: %s\n", e.what());
+    return e.exit_code();
+  } catch (...) {
+    supervisor.abort_startup();
+    throw;
+  }
+  const int status = supervisor.run();
+  supervisor.print_summary();
+  return status;
+}
+
+// Whether argv ends with "--" followed by exactly the command's words.
+bool follows_double_dash(int argc, char** argv, const std::vector<std::string>& command) {
+  const auto words = static_cast<int>(command.size());
+  return argc - words - 1 >= 1 && std::string(argv[argc - words - 1]) == "--";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{"shmrun: run N ranks of PROGRAM on one host, connected by shmdist's shared memory"};
+  app.set_version_flag("--version", std::string("shmrun (shmdist) ") + shmdist::kVersionString);
+  app.add_option("-n,--nproc", opt.nproc, "number of ranks to start")
+      ->required()
+      ->check(CLI::Range(1, shmdist::segment::kMaxWorldSize));
+  app.add_flag("--tag-output", opt.tag_output, "prefix every output line with [rank]");
+  app.add_option("--bind-to", opt.bind_to, "bind each rank to a CPU (core) or not (none)")
+      ->check(CLI::IsMember({"none", "core"}))
+      ->capture_default_str();
+  app.add_option("--ring-size", opt.ring_size,
+                 "bytes per ring, a power of two such as 64K or 1M (default: 1M, smaller for "
+                 "large jobs; also SHMDIST_RING_SIZE)");
+  app.add_option("--timeout", opt.timeout,
+                 "whole-job limit such as 30s, 5m or 500ms; on expiry, report what every rank is "
+                 "blocked on, stop the job and exit 124");
+  app.add_option("--grace", opt.grace,
+                 "after SIGTERM, how long ranks get before SIGKILL")
+      ->capture_default_str();
+  app.add_option("command", opt.command, "PROGRAM [ARGS...] (put -- before it if it has options)")
+      ->required();
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+    for (const auto& extra : app.remaining()) opt.command.push_back(extra);
+    // Everything from the first word CLI11 does not know is the command, so a mistyped
+    // option would be run as a program: refuse it unless it follows "--".
+    if (!opt.command.empty() && opt.command[0].size() > 1 && opt.command[0][0] == '-' &&
+        !follows_double_dash(argc, argv, opt.command))
+      throw CLI::ParseError("unknown option '" + opt.command[0] +
+                                "' (put -- before PROGRAM if it really starts with '-')",
+                            CLI::ExitCodes::ExtrasError);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2, as for most command-line tools (CLI11's own codes are 100+).
+    std::fprintf(stderr, "shmrun: %s\nRun 'shmrun --help' for the options.\n", e.what());
+    return 2;
+  }
+  try {
+    return run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shmrun: %s\n", e.what());
+    return 1;
+  }
+}

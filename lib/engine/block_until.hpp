@@ -1,0 +1,84 @@
+// Engine::block_until: the one waiting loop every blocking call goes through.
+//
+// Phase 1 spins, making progress on everything (so a full ring's sender keeps draining its
+// own inbound rings, and streams in flight keep moving), for the SpinPolicy's time after the
+// last thing that moved. Phase 2 publishes what the call is blocked on (hang reports), arms
+// the doorbell, re-checks with a full scan and sleeps; it wakes when a peer rings, or every
+// 100 ms to look at peers' health, the job state and the deadline.
+#pragma once
+
+#include <sched.h>
+
+#include "engine/engine.hpp"
+
+namespace shmdist::engine {
+
+inline constexpr auto kHealthCheckInterval = std::chrono::milliseconds(100);
+
+template <class Done>
+bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration limit) {
+  // What the caller waits for is often there already: no clock read, no bookkeeping.
+  if (done()) return true;
+  if (progress(focus.peer, false) && done()) return true;
+  const auto started = Clock::now();
+  const auto deadline = started + limit;
+  bool published = false;
+  struct ClearBlocked {
+    transport::Transport* t;
+    bool* published;
+    ~ClearBlocked() {
+      if (*published) t->clear_blocked();
+    }
+  } clear_on_exit{transport_.get(), &published};
+
+  for (auto now = started;; now = Clock::now()) {
+    // Phase 1: spin.
+    auto spin_until = now + spin_.spin;
+    auto next_check = now + kHealthCheckInterval;
+    for (unsigned iter = 1;; ++iter) {
+      if (done()) return true;
+      if (progress(focus.peer, false)) {
+        spin_until = Clock::now() + spin_.spin;
+        continue;
+      }
+      wait::cpu_relax();
+      if ((iter & 63) != 0) continue;
+      now = Clock::now();
+      if (now >= deadline) return false;
+      if (now >= next_check) {
+        check_failures(focus);
+        next_check = now + kHealthCheckInterval;
+      }
+      if (now >= spin_until) break;
+      if (spin_.yield) sched_yield();
+    }
+    // Phase 2: sleep on the doorbell (wait/doorbell.hpp explains why no wake-up is lost).
+    if (!published) {
+      publish_blocked(focus);
+      published = true;
+    }
+    for (;;) {
+      const std::uint32_t token = transport_->arm();
+      const bool moved = progress(focus.peer, true);
+      if (moved || done()) {
+        transport_->disarm();
+        break;  // back to spinning: more is likely to follow
+      }
+      try {
+        check_failures(focus);
+      } catch (...) {
+        transport_->disarm();
+        throw;
+      }
+      now = Clock::now();
+      if (now >= deadline) {
+        transport_->disarm();
+        return false;
+      }
+      transport_->sleep(token, std::min<Clock::duration>(deadline - now, kHealthCheckInterval));
+      transport_->disarm();
+    }
+  }
+}
+
+}  // namespace shmdist::engine

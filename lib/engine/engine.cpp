@@ -1,0 +1,220 @@
+// The engine's point-to-point entry points and its send queues.
+
+#include "engine/block_until.hpp"
+
+#include <utility>
+#include <algorithm>
+#include <cstring>
+
+namespace shmdist::engine {
+
+Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
+               std::chrono::milliseconds timeout)
+    : transport_(std::move(transport)), spin_(spin), timeout_(timeout) {
+  const int world = transport_->world_size();
+  inflight_.resize(world);
+  send_queues_.resize(world);
+  for (int p = 0; p < world; ++p)
+    if (p != transport_->rank()) all_peers_.push_back(p);
+}
+
+// Operations still pending belong to Work handles (or to nobody, if the handles were
+// dropped): unlink and fail them, and break their self-references so they are freed.
+Engine::~Engine() {
+  const auto gone = std::make_exception_ptr(
+      NotInitialized("the process group was destroyed while this operation was pending"));
+  while (!posted_.empty()) {
+    Operation& op = posted_.front();
+    posted_.pop_front();
+    fail_operation(op, gone);
+  }
+  for (Inflight& f : inflight_)
+    if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, gone);
+  for (auto& queue : send_queues_)
+    for (Operation* op : queue) fail_operation(*op, gone);
+}
+
+// ---- sends ----------------------------------------------------------------------------------
+
+void Engine::setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key) {
+  op.kind = Operation::Kind::Send;
+  op.peer = dst;
+  op.set_view(tensor);
+  transport::Envelope& env = op.out.env;
+  env.src = rank();
+  env.group_id = key.group_id;
+  env.group_sig = key.group_sig;
+  env.tag = key.tag;
+  env.channel = key.channel;
+  env.dtype = op.view.dtype;
+  env.numel = op.view.numel;
+  env.nbytes = op.view.nbytes;
+  op.out.next = op.view.data;
+}
+
+// Sends to one destination leave in call order: a send may write straight into the ring only
+// when nothing is queued before it.
+void Engine::start_send(Operation& op) {
+  auto& queue = send_queues_[op.peer];
+  if (queue.empty()) {
+    transport_->send_some(op.peer, op.out);
+    if (op.out.done()) {
+      finish_operation(op);
+      return;
+    }
+    sending_to_.push_back(op.peer);
+  }
+  queue.push_back(&op);
+}
+
+bool Engine::push_sends() {
+  bool moved = false;
+  for (std::size_t i = 0; i < sending_to_.size();) {
+    const int dst = sending_to_[i];
+    auto& queue = send_queues_[dst];
+    while (!queue.empty()) {
+      Operation* op = queue.front();
+      moved |= transport_->send_some(dst, op->out);
+      if (!op->out.done()) break;
+      queue.pop_front();
+      finish_operation(*op);
+    }
+    if (queue.empty()) {
+      sending_to_[i] = sending_to_.back();
+      sending_to_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return moved;
+}
+
+// A blocking send gives up. Not yet started: it is simply dropped. Already started: the
+// receiver is in the middle of the message, so the rest is copied and finished in the
+// background; otherwise the stream to that peer would be cut mid-message.
+void Engine::withdraw_send(Operation& op) {
+  auto& queue = send_queues_[op.peer];
+  auto it = std::find(queue.begin(), queue.end(), &op);
+  if (it == queue.end()) return;
+  if (!op.out.started) {
+    queue.erase(it);
+    if (queue.empty()) std::erase(sending_to_, op.peer);
+    return;
+  }
+  auto orphan = std::make_shared<Operation>();
+  orphan->kind = Operation::Kind::Send;
+  orphan->peer = op.peer;
+  orphan->out = op.out;
+  const std::uint64_t rest = op.out.env.nbytes - op.out.sent;
+  orphan->owned_copy.reset(new std::byte[rest ? rest : 1]);
+  if (rest) std::memcpy(orphan->owned_copy.get(), op.out.next, rest);
+  orphan->out.next = orphan->owned_copy.get();
+  orphan->keepalive = orphan;
+  *it = orphan.get();
+}
+
+void Engine::finish_operation(Operation& op) {
+  op.complete();
+  auto keep = std::move(op.keepalive);  // may free `op` when this returns
+}
+
+void Engine::fail_operation(Operation& op, std::exception_ptr e) {
+  op.fail(std::move(e));
+  auto keep = std::move(op.keepalive);
+}
+
+// ---- entry points ---------------------------------------------------------------------------
+
+void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
+  Operation op;
+  setup_send(op, tensor, dst, key);
+  start_send(op);
+  if (!op.pending()) return;
+  const WaitFocus focus{kBlockedSend, dst, nullptr, key, op.out.env.nbytes};
+  bool done = false;
+  try {
+    done = block_until([&] { return !op.pending(); }, focus, timeout_);
+  } catch (...) {
+    withdraw_send(op);
+    throw;
+  }
+  if (!done) {
+    withdraw_send(op);
+    throw_timeout(focus, timeout_);
+  }
+}
+
+int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector<int>& candidates,
+                 bool any_size, std::uint32_t blocked_as) {
+  Operation op;
+  op.kind = Operation::Kind::Recv;
+  op.peer = src;
+  op.key = key;
+  op.set_view(tensor);
+  op.any_size = any_size;
+  post_receive(op);
+  if (op.pending()) {
+    const WaitFocus focus{blocked_as, src, &candidates, key, tensor.nbytes()};
+    bool done = false;
+    try {
+      done = block_until([&] { return !op.pending(); }, focus, timeout_);
+    } catch (...) {
+      withdraw_receive(op);
+      throw;
+    }
+    if (!done) {
+      withdraw_receive(op);
+      throw_timeout(focus, timeout_);
+    }
+  }
+  if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);
+  if (any_size) tensor = op.keep;
+  return op.source;
+}
+
+std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const MatchKey& key) {
+  auto op = std::make_shared<Operation>();
+  setup_send(*op, tensor, dst, key);
+  op->keep = tensor;
+  op->engine = weak_from_this();
+  op->keepalive = op;
+  start_send(*op);
+  return op;
+}
+
+std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const MatchKey& key,
+                                         const std::vector<int>&) {
+  auto op = std::make_shared<Operation>();
+  op->kind = Operation::Kind::Recv;
+  op->peer = src;
+  op->key = key;
+  op->set_view(tensor);
+  op->keep = tensor;
+  op->engine = weak_from_this();
+  op->keepalive = op;
+  post_receive(*op);
+  return op;
+}
+
+bool Engine::test(Operation& op) {
+  if (op.pending()) progress(op.kind == Operation::Kind::Recv ? op.peer : -1, false);
+  return !op.pending();
+}
+
+bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeout) {
+  if (op.pending()) {
+    const auto limit = timeout ? *timeout : timeout_;
+    WaitFocus focus{kBlockedWait, op.peer, nullptr, op.key, op.view.nbytes};
+    if (op.kind == Operation::Kind::Send) focus.key = {op.out.env.group_id, op.out.env.group_sig,
+                                                      op.out.env.tag, op.out.env.channel};
+    const bool done = block_until([&] { return !op.pending(); }, focus, limit);
+    if (!done) {
+      if (timeout) return false;
+      throw_timeout(focus, limit);
+    }
+  }
+  if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);
+  return true;
+}
+
+}  // namespace shmdist::engine

@@ -1,0 +1,149 @@
+// The progress engine: what a message means. Matches incoming messages to posted receives
+// (in posting order) or keeps them as unexpected messages (in arrival order), queues sends
+// per destination (FIFO), and drives every pending operation of its rank whenever any call
+// waits, so that patterns which are safe with unlimited buffering never deadlock.
+//
+// Threading: an Engine is used by one thread at a time (its rank's thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <iosfwd>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/operation.hpp"
+#include "transport/transport.hpp"
+#include "wait/spin.hpp"
+
+namespace shmdist::engine {
+
+using Clock = std::chrono::steady_clock;
+using detail::Operation;
+
+// Codes for BlockedInfo::op (shown in hang reports).
+enum BlockedOp : std::uint32_t {
+  kBlockedSend = 1,
+  kBlockedRecv = 2,
+  kBlockedWait = 3,
+  kBlockedBarrier = 4,
+  kBlockedDestroy = 5,
+};
+const char* blocked_op_name(std::uint32_t op);
+
+// Which peers a wait depends on, for error texts and peer checks.
+struct WaitFocus {
+  std::uint32_t op = 0;  // BlockedOp
+  int peer = -1;         // the one peer it needs, or -1
+  const std::vector<int>* candidates = nullptr;  // any-source: the group's members (global)
+  MatchKey key;
+  std::uint64_t bytes = 0;
+};
+
+class Engine : public transport::InboundHandler, public std::enable_shared_from_this<Engine> {
+ public:
+  Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
+         std::chrono::milliseconds timeout);
+  ~Engine() override;
+
+  int rank() const { return transport_->rank(); }
+  int world_size() const { return transport_->world_size(); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  transport::Transport& transport() { return *transport_; }
+
+  // Blocking point-to-point. `candidates` lists the global ranks an any-source receive may
+  // hear from (the group's members). recv returns the sender's global rank.
+  void send(const Tensor& tensor, int dst, const MatchKey& key);
+  int recv(Tensor& tensor, int src, const MatchKey& key, const std::vector<int>& candidates,
+           bool any_size = false, std::uint32_t blocked_as = kBlockedRecv);
+
+  std::shared_ptr<Operation> isend(const Tensor& tensor, int dst, const MatchKey& key);
+  std::shared_ptr<Operation> irecv(const Tensor& tensor, int src, const MatchKey& key,
+                                   const std::vector<int>& candidates);
+
+  // Waits for `op`; throws what it failed with. With a timeout, returns false if it is still
+  // pending then; without one, throws Timeout after the process group's timeout.
+  bool wait(Operation& op, std::optional<std::chrono::milliseconds> timeout);
+  // Makes progress once, without blocking; returns whether `op` is done (failed counts).
+  bool test(Operation& op);
+
+  // destroy_process_group: finishes pending sends, marks this rank finalized, waits (while
+  // draining) until every peer has finalized or ended, then reports to `report` the messages
+  // that arrived and were never received, one line per peer. Never throws.
+  void finalize(std::ostream& report);
+
+  // Operations of this rank not yet complete (posted receives, queued sends, in flight).
+  std::size_t pending_operations() const;
+
+ private:
+  struct Unexpected {
+    transport::Envelope env;
+    std::unique_ptr<std::byte[]> buffer;
+    std::uint64_t seq = 0;  // arrival (start) order
+    bool complete = false;
+  };
+  struct Inflight {  // the message currently streaming in from one source
+    transport::InboundSink sink;
+    transport::Envelope env;
+    Operation* receiver = nullptr;
+    Unexpected* unexpected = nullptr;
+    std::uint64_t seq = 0;
+  };
+  using PostedList = boost::intrusive::list<
+      Operation, boost::intrusive::member_hook<Operation, PostedHook, &Operation::posted_hook>,
+      boost::intrusive::constant_time_size<false>>;
+
+  // InboundHandler
+  transport::InboundSink* on_message_start(const transport::Envelope& env) override;
+  void on_message_complete(transport::InboundSink* sink, const transport::Envelope& env) override;
+
+  // matching.cpp
+  Operation* take_posted_match(const transport::Envelope& env);
+  void attach_receiver(Inflight& f, Operation& op);
+  void to_unexpected(Inflight& f);
+  void post_receive(Operation& op);
+  void deliver(Operation& op, Unexpected& u);
+  void claim_inflight(Operation& op, Unexpected& u);
+  void withdraw_receive(Operation& op);
+  void finish_receive(Operation& op, const transport::Envelope& env);
+  std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
+
+  // sends
+  void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  void start_send(Operation& op);
+  bool push_sends();
+  void withdraw_send(Operation& op);
+  void finish_operation(Operation& op);
+  void fail_operation(Operation& op, std::exception_ptr e);
+
+  // waiting.cpp and block_until.hpp
+  bool progress(int preferred, bool full_scan);
+  // Spins, then sleeps, until done() (true) or the deadline (false), making progress on
+  // every pending operation meanwhile. Throws PeerFailure when the wait cannot succeed.
+  template <class Done>
+  bool block_until(Done&& done, const WaitFocus& focus, Clock::duration limit);
+  void publish_blocked(const WaitFocus& focus);
+  void check_failures(const WaitFocus& focus);
+  [[noreturn]] void throw_timeout(const WaitFocus& focus, Clock::duration waited);
+  std::string describe(const WaitFocus& focus) const;
+
+  std::unique_ptr<transport::Transport> transport_;
+  wait::SpinPolicy spin_;
+  std::chrono::milliseconds timeout_;
+
+  PostedList posted_;
+  std::list<Unexpected> unexpected_;
+  std::vector<Inflight> inflight_;                 // by source
+  std::vector<std::deque<Operation*>> send_queues_;  // by destination
+  std::vector<int> sending_to_;                    // destinations with queued sends
+  std::vector<std::shared_ptr<Operation>> orphans_;  // withdrawn blocking sends still streaming
+  std::uint64_t arrivals_ = 0;
+  std::vector<int> all_peers_;
+  bool finalized_ = false;
+};
+
+}  // namespace shmdist::engine

@@ -1,0 +1,118 @@
+// destroy_process_group: finish what was sent, agree with the peers that nobody sends any
+// more, and say which messages arrived but were never received instead of losing them.
+
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "engine/block_until.hpp"
+
+namespace shmdist::engine {
+namespace {
+
+struct PeerTally {
+  std::size_t messages = 0;
+  std::size_t incomplete = 0;
+  std::uint64_t bytes = 0;
+  std::set<int> tags;
+  std::size_t receives = 0;  // posted receives that never matched
+  std::set<int> receive_tags;
+};
+
+std::string list_tags(const std::set<int>& tags) {
+  std::string s = tags.size() == 1 ? "tag " : "tags ";
+  bool first = true;
+  for (int t : tags) {
+    s += (first ? "" : ", ") + std::to_string(t);
+    first = false;
+  }
+  return s;
+}
+
+}  // namespace
+
+void Engine::finalize(std::ostream& report) {
+  if (finalized_) return;
+  finalized_ = true;
+  const auto deadline = Clock::now() + timeout_;
+  const WaitFocus focus{kBlockedDestroy, -1, nullptr, {}, 0};
+  std::string problem;
+  try {
+    // 1. Queued sends go out first (peers drain their rings while they wait, in any call).
+    if (!block_until([&] { return sending_to_.empty(); }, focus, deadline - Clock::now()))
+      problem = "timed out finishing this rank's pending sends";
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  transport_->mark_finalized();
+  if (problem.empty()) {
+    try {
+      // 2. Everyone else finalizes (or ends): after that nothing new can arrive.
+      auto all_quiet = [&] {
+        for (int p : all_peers_)
+          if (transport_->peer_state(p).status == transport::PeerStatus::Running) return false;
+        return true;
+      };
+      if (!block_until(all_quiet, focus, deadline - Clock::now()))
+        problem = "timed out waiting for the other ranks to call destroy_process_group";
+      // 3. Take in what is still in the rings.
+      while (progress(-1, true)) {
+      }
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+
+  std::map<int, PeerTally> tally;
+  for (const Unexpected& u : unexpected_) {
+    if (u.env.channel != ring::kUserChannel) continue;
+    PeerTally& t = tally[u.env.src];
+    ++t.messages;
+    t.incomplete += !u.complete;
+    t.bytes += u.env.nbytes;
+    t.tags.insert(u.env.tag);
+  }
+  const auto gone = std::make_exception_ptr(
+      NotInitialized("the process group was destroyed while this operation was pending"));
+  while (!posted_.empty()) {
+    Operation& op = posted_.front();
+    posted_.pop_front();
+    if (op.key.channel == ring::kUserChannel) {
+      PeerTally& t = tally[op.peer];
+      ++t.receives;
+      t.receive_tags.insert(op.key.tag);
+    }
+    fail_operation(op, gone);
+  }
+  for (auto& queue : send_queues_) {
+    for (Operation* op : queue) fail_operation(*op, gone);
+    queue.clear();
+  }
+  sending_to_.clear();
+
+  // Composed first and written with one call: ranks share stderr, and separate writes of
+  // pieces of a line would interleave with other ranks' reports mid-line.
+  std::ostringstream text;
+  const std::string me = "shmdist: rank " + std::to_string(rank()) + ": ";
+  for (const auto& [peer, t] : tally) {
+    if (t.messages) {
+      text << me << t.messages << (t.messages == 1 ? " message" : " messages") << " from rank "
+           << peer << (t.messages == 1 ? " arrived and was" : " arrived and were")
+           << " never received (" << list_tags(t.tags) << ", " << t.bytes << " bytes"
+           << (t.incomplete ? ", " + std::to_string(t.incomplete) + " incomplete" : "")
+           << ")\n";
+    }
+    if (t.receives) {
+      text << me << t.receives << " posted receive" << (t.receives == 1 ? "" : "s")
+           << (peer < 0 ? " from any source" : " from rank " + std::to_string(peer))
+           << " never matched a message (" << list_tags(t.receive_tags) << ")\n";
+    }
+  }
+  if (!problem.empty()) text << me << "destroy_process_group: " << problem << "\n";
+  const std::string lines = text.str();
+  if (!lines.empty()) report.write(lines.data(), static_cast<std::streamsize>(lines.size()));
+  report.flush();
+}
+
+}  // namespace shmdist::engine

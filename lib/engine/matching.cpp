@@ -1,0 +1,218 @@
+// Matching: where each incoming message goes. A message is routed when its first record
+// arrives: to the first posted receive that matches it (posting order), or to the unexpected
+// list (arrival order) until a receive claims it, even while it is still streaming in.
+
+#include <utility>
+#include <cstring>
+#include <new>
+#include <optional>
+
+#include "engine/engine.hpp"
+
+namespace shmdist::engine {
+namespace {
+
+bool matches(const Operation& op, const transport::Envelope& env) {
+  return op.key.tag == env.tag && op.key.group_id == env.group_id &&
+         op.key.channel == env.channel && (op.peer < 0 || op.peer == env.src);
+}
+
+std::string group_text(std::uint32_t id) {
+  return id == 0 ? std::string("the world group") : "group #" + std::to_string(id);
+}
+
+// Why `op` cannot take `env` although the key matches; nullopt when it can.
+std::optional<std::string> incompatibility(const Operation& op, const transport::Envelope& env) {
+  if (op.key.group_sig != env.group_sig)
+    return "the message from rank " + std::to_string(env.src) + " was sent on " +
+           group_text(env.group_id) + " with different members than this rank's " +
+           group_text(env.group_id) +
+           ": every rank must call new_group with the same ranks, in the same order";
+  if (op.any_size || op.view.numel == env.numel) return std::nullopt;
+  return "recv expected " + std::to_string(op.view.numel) + " elements (" +
+         std::string(dtype_name(op.view.dtype)) + ") but the message from rank " +
+         std::to_string(env.src) + " with tag " + std::to_string(env.tag) + " has " +
+         std::to_string(env.numel) + " elements (" + std::string(dtype_name(env.dtype)) + ", " +
+         std::to_string(env.nbytes) +
+         " bytes). The message stays queued: receive it with a tensor of " +
+         std::to_string(env.numel) + " elements";
+}
+
+std::unique_ptr<std::byte[]> allocate(std::uint64_t n, const transport::Envelope& env) {
+  std::unique_ptr<std::byte[]> p(new (std::nothrow) std::byte[n ? n : 1]);
+  if (!p)
+    throw Error("cannot allocate " + std::to_string(n) + " bytes for a message from rank " +
+                std::to_string(env.src) + " (tag " + std::to_string(env.tag) +
+                "); free memory or receive messages sooner so fewer wait unreceived");
+  return p;
+}
+
+// A receive of any size gets a byte tensor of the message's size.
+void size_for(Operation& op, std::uint64_t nbytes) {
+  op.keep = empty({static_cast<std::int64_t>(nbytes)}, kUInt8);
+  op.set_view(op.keep);
+}
+
+}  // namespace
+
+transport::InboundSink* Engine::on_message_start(const transport::Envelope& env) {
+  Inflight& f = inflight_[env.src];
+  f.sink.dest = nullptr;
+  f.sink.received = 0;
+  f.env = env;
+  f.receiver = nullptr;
+  f.unexpected = nullptr;
+  f.seq = ++arrivals_;
+  if (Operation* op = take_posted_match(env)) {
+    try {
+      attach_receiver(f, *op);
+      return &f.sink;
+    } catch (...) {
+      f.receiver = nullptr;
+      fail_operation(*op, std::current_exception());
+    }
+  }
+  to_unexpected(f);
+  return &f.sink;
+}
+
+void Engine::on_message_complete(transport::InboundSink*, const transport::Envelope& env) {
+  Inflight& f = inflight_[env.src];
+  if (Operation* op = std::exchange(f.receiver, nullptr)) {
+    finish_receive(*op, env);
+  } else if (Unexpected* u = std::exchange(f.unexpected, nullptr)) {
+    u->complete = true;
+  }
+}
+
+// Unlinks and returns the first posted receive that matches `env`. Receives whose key matches
+// but which cannot take the message (element count, group members) fail with InvalidArgument.
+Operation* Engine::take_posted_match(const transport::Envelope& env) {
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    Operation& op = *it;
+    if (!matches(op, env)) {
+      ++it;
+      continue;
+    }
+    it = posted_.erase(it);
+    if (auto why = incompatibility(op, env)) {
+      fail_operation(op, std::make_exception_ptr(InvalidArgument(*why)));
+      continue;
+    }
+    return &op;
+  }
+  return nullptr;
+}
+
+void Engine::attach_receiver(Inflight& f, Operation& op) {
+  if (op.any_size) size_for(op, f.env.nbytes);
+  if (op.any_size || op.view.dtype == f.env.dtype) {
+    f.sink.dest = op.view.data;
+  } else {
+    op.staging = allocate(f.env.nbytes, f.env);
+    f.sink.dest = op.staging.get();
+  }
+  f.receiver = &op;
+}
+
+void Engine::to_unexpected(Inflight& f) {
+  Unexpected u;
+  u.env = f.env;
+  u.seq = f.seq;
+  u.buffer = allocate(f.env.nbytes, f.env);
+  auto it = insert_unexpected(std::move(u));
+  f.unexpected = &*it;
+  f.sink.dest = it->buffer.get();
+}
+
+std::list<Engine::Unexpected>::iterator Engine::insert_unexpected(Unexpected u) {
+  auto pos = unexpected_.end();
+  while (pos != unexpected_.begin() && std::prev(pos)->seq > u.seq) --pos;
+  return unexpected_.insert(pos, std::move(u));
+}
+
+// A new receive looks at unexpected messages first (arrival order), then waits in the
+// posted list.
+void Engine::post_receive(Operation& op) {
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (!matches(op, it->env)) continue;
+    if (auto why = incompatibility(op, it->env)) {
+      fail_operation(op, std::make_exception_ptr(InvalidArgument(*why)));
+      return;
+    }
+    if (it->complete) deliver(op, *it);
+    else claim_inflight(op, *it);
+    unexpected_.erase(it);
+    return;
+  }
+  posted_.push_back(op);
+}
+
+void Engine::deliver(Operation& op, Unexpected& u) {
+  if (op.any_size) size_for(op, u.env.nbytes);
+  if (op.any_size || op.view.dtype == u.env.dtype) {
+    if (u.env.nbytes) std::memcpy(op.view.data, u.buffer.get(), u.env.nbytes);
+  } else {
+    convert_elements(u.env.nbytes ? u.buffer.get() : nullptr, u.env.dtype, op.view.data,
+                     op.view.dtype, u.env.numel);
+  }
+  op.source = u.env.src;
+  finish_operation(op);
+}
+
+// `op` takes over a message that is still streaming into an unexpected buffer: what arrived
+// so far moves into the tensor and the rest streams there directly.
+void Engine::claim_inflight(Operation& op, Unexpected& u) {
+  Inflight& f = inflight_[u.env.src];
+  if (op.any_size) size_for(op, u.env.nbytes);
+  if (op.any_size || op.view.dtype == u.env.dtype) {
+    if (f.sink.received) std::memcpy(op.view.data, u.buffer.get(), f.sink.received);
+    f.sink.dest = op.view.data;
+  } else {
+    op.staging = std::move(u.buffer);  // keeps receiving there; converted at completion
+  }
+  f.unexpected = nullptr;
+  f.receiver = &op;
+}
+
+// A receive gives up (its blocking call timed out or failed). If a message was already
+// streaming into it, the message goes back to being unexpected (or to the next posted
+// receive that matches), so that no byte and no ordering is lost.
+void Engine::withdraw_receive(Operation& op) {
+  if (op.posted_hook.is_linked()) {
+    posted_.erase(posted_.iterator_to(op));
+    return;
+  }
+  for (Inflight& f : inflight_) {
+    if (f.receiver != &op) continue;
+    Unexpected u;
+    u.env = f.env;
+    u.seq = f.seq;
+    if (op.staging) {
+      u.buffer = std::move(op.staging);
+    } else {
+      u.buffer = allocate(f.env.nbytes, f.env);
+      if (f.sink.received) std::memcpy(u.buffer.get(), f.sink.dest, f.sink.received);
+    }
+    f.sink.dest = u.buffer.get();
+    f.receiver = nullptr;
+    auto it = insert_unexpected(std::move(u));
+    f.unexpected = &*it;
+    if (Operation* next = take_posted_match(it->env)) {
+      claim_inflight(*next, *it);
+      unexpected_.erase(it);
+    }
+    return;
+  }
+}
+
+void Engine::finish_receive(Operation& op, const transport::Envelope& env) {
+  if (op.staging) {
+    convert_elements(op.staging.get(), env.dtype, op.view.data, op.view.dtype, env.numel);
+    op.staging.reset();
+  }
+  op.source = env.src;
+  finish_operation(op);
+}
+
+}  // namespace shmdist::engine

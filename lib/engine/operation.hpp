@@ -1,0 +1,78 @@
+// One point-to-point operation: what a Work refers to, and what blocking calls keep on their
+// stack. Receives sit in the engine's posted list (in posting order) until a message is
+// routed to them; sends sit in their destination's queue until all bytes are in the ring.
+#pragma once
+
+#include <boost/intrusive/list.hpp>
+#include <cstdint>
+#include <exception>
+#include <memory>
+
+#include <shmdist/tensor.hpp>
+
+#include "transport/transport.hpp"
+
+namespace shmdist::engine {
+class Engine;
+
+// What a receive matches on, besides the source.
+struct MatchKey {
+  std::uint32_t group_id = 0;
+  std::uint32_t group_sig = 0;
+  int tag = 0;
+  std::uint8_t channel = 0;
+};
+
+using PostedHook = boost::intrusive::list_member_hook<>;
+}  // namespace shmdist::engine
+
+namespace shmdist::detail {
+
+struct Operation {
+  enum class Kind : std::uint8_t { Send, Recv };
+  enum class Status : std::uint8_t { Pending, Done, Failed };
+
+  Kind kind = Kind::Send;
+  Status status = Status::Pending;
+  std::exception_ptr error;
+  int source = -1;  // receive: the sender's global rank once done
+  int peer = -1;    // send: destination; receive: wanted source or -1 (any)
+
+  // The memory the operation reads or fills. Blocking calls borrow the caller's tensor (it
+  // outlives the call); non-blocking ones also hold it in `keep`, so that a Work keeps the
+  // storage alive. A receive of any size allocates `keep` once it knows the size.
+  struct View {
+    std::byte* data = nullptr;
+    DType dtype = DType::UInt8;
+    std::uint64_t numel = 0;
+    std::uint64_t nbytes = 0;
+  } view;
+  Tensor keep;
+  void set_view(const Tensor& t) {
+    view.data = static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
+    view.dtype = t.dtype();
+    view.numel = static_cast<std::uint64_t>(t.numel());
+    view.nbytes = t.nbytes();
+  }
+  std::weak_ptr<engine::Engine> engine;
+  std::shared_ptr<Operation> keepalive;  // set while a non-blocking operation is pending
+
+  // Receive side.
+  engine::MatchKey key;
+  bool any_size = false;            // receive a byte message of whatever size (recv_bytes)
+  engine::PostedHook posted_hook;   // linked while posted and not yet routed
+  std::unique_ptr<std::byte[]> staging;  // bytes of another dtype, converted at completion
+
+  // Send side.
+  transport::OutboundMessage out;
+  std::unique_ptr<std::byte[]> owned_copy;  // unsent remainder of a withdrawn blocking send
+
+  bool pending() const { return status == Status::Pending; }
+  void complete() { status = Status::Done; }
+  void fail(std::exception_ptr e) {
+    status = Status::Failed;
+    error = std::move(e);
+  }
+};
+
+}  // namespace shmdist::detail

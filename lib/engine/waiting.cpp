@@ -1,0 +1,112 @@
+// Progress, and deciding when a wait cannot succeed (dead or finalized peers, aborted job,
+// deadline), with error texts that say what was awaited and what to do.
+
+#include "engine/engine.hpp"
+
+namespace shmdist::engine {
+
+const char* blocked_op_name(std::uint32_t op) {
+  switch (op) {
+    case kBlockedSend: return "send";
+    case kBlockedRecv: return "recv";
+    case kBlockedWait: return "Work::wait";
+    case kBlockedBarrier: return "barrier";
+    case kBlockedDestroy: return "destroy_process_group";
+    default: return "-";
+  }
+}
+
+bool Engine::progress(int preferred, bool full_scan) {
+  bool moved = transport_->poll(*this, preferred, full_scan);
+  if (!sending_to_.empty()) moved |= push_sends();
+  transport_->flush();
+  return moved;
+}
+
+std::size_t Engine::pending_operations() const {
+  std::size_t n = 0;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) ++n;
+  for (const auto& q : send_queues_) n += q.size();
+  for (const Inflight& f : inflight_) n += f.receiver != nullptr;
+  return n;
+}
+
+void Engine::publish_blocked(const WaitFocus& focus) {
+  transport::BlockedInfo info;
+  info.op = focus.op;
+  info.peer = focus.peer;
+  info.group = focus.key.group_id;
+  info.tag = focus.key.tag;
+  info.bytes = focus.bytes;
+  info.pending_ops = static_cast<std::uint32_t>(pending_operations());
+  transport_->set_blocked(info);
+}
+
+std::string Engine::describe(const WaitFocus& focus) const {
+  std::string what = blocked_op_name(focus.op);
+  if (focus.peer >= 0)
+    what += (focus.op == kBlockedSend ? " to rank " : " from rank ") + std::to_string(focus.peer);
+  else if (focus.op == kBlockedRecv)
+    what += " from any source";
+  if (focus.op == kBlockedSend || focus.op == kBlockedRecv || focus.op == kBlockedWait) {
+    what += " (tag " + std::to_string(focus.key.tag) + ", ";
+    what += focus.key.group_id == 0 ? "world group" : "group #" + std::to_string(focus.key.group_id);
+    what += ")";
+  }
+  return what + " on rank " + std::to_string(rank());
+}
+
+[[noreturn]] void Engine::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+  std::string hint;
+  if (focus.op == kBlockedRecv)
+    hint = focus.peer >= 0 ? "; check that rank " + std::to_string(focus.peer) +
+                                 " sends to this rank with the same tag and group"
+                           : "; check that some rank sends to this rank with the same tag and group";
+  else if (focus.op == kBlockedSend)
+    hint = "; the receiver has not taken the data (is it receiving, or stuck elsewhere?)";
+  throw Timeout(describe(focus) + " timed out after " + std::to_string(ms) + " ms" + hint +
+                ". Raise InitOptions::timeout if the peer is just slow.");
+}
+
+// Throws when the awaited event can no longer happen. Any peer that ended abnormally aborts
+// the whole job (fail-fast, as mpirun and torchrun do), whether this call needs it or not.
+void Engine::check_failures(const WaitFocus& focus) {
+  transport_->check_job();
+  for (int p : all_peers_) {
+    transport::PeerState st = transport_->peer_state(p);
+    if (st.status == transport::PeerStatus::Gone && !st.clean) {
+      transport_->report_failure(p);
+      transport_->check_job();
+      throw PeerFailure("peer failure: " + st.how + "; " + describe(focus) + " cannot complete");
+    }
+  }
+  // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
+  // could satisfy, with nothing of its left in the ring, can never complete.
+  auto silent = [&](int p) {
+    const auto st = transport_->peer_state(p);
+    return st.status != transport::PeerStatus::Running && !transport_->inbound_in_progress(p) &&
+           !transport_->inbound_pending(p);
+  };
+  const bool receiving =
+      focus.op == kBlockedRecv || focus.op == kBlockedWait || focus.op == kBlockedBarrier;
+  if (receiving && focus.peer >= 0 && focus.peer != rank() && silent(focus.peer))
+    throw PeerFailure("rank " + std::to_string(focus.peer) +
+                      " has finalized (destroy_process_group) or exited, and will send nothing "
+                      "more; " + describe(focus) + " can never complete");
+  if (focus.op == kBlockedRecv && focus.peer < 0 && focus.candidates) {
+    bool any_alive = false;
+    for (int p : *focus.candidates)
+      if (p != rank() && !silent(p)) any_alive = true;
+    if (!any_alive)
+      throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
+                        " can never complete");
+  }
+  if (focus.op == kBlockedSend && focus.peer >= 0) {
+    const auto st = transport_->peer_state(focus.peer);
+    if (st.status == transport::PeerStatus::Gone)
+      throw PeerFailure(st.how + " without receiving; " + describe(focus) + " cannot complete");
+  }
+}
+
+}  // namespace shmdist::engine

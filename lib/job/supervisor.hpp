@@ -1,0 +1,93 @@
+// Supervising a job's rank processes (shmrun and launch()): reaps them, fails fast when one
+// fails (marks it in the segment so every blocked call throws PeerFailure, then SIGTERM and
+// SIGKILL for the rest), enforces a job timeout with a hang report, prints SIGUSR1 reports,
+// tags output lines, and summarises how the job ended.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "segment/segment.hpp"
+
+namespace shmdist::job {
+
+struct SupervisorOptions {
+  std::string name = "shmrun";                 // prefix of the launcher's own messages
+  std::chrono::milliseconds job_timeout{0};    // > 0: abort the job after this long
+  std::chrono::milliseconds abort_grace{1000}; // after a failure: time to notice and exit
+  std::chrono::milliseconds term_grace{2000};  // then SIGTERM, and SIGKILL after this
+  bool tag_output = false;                     // prefix each output line with "[rank] "
+  bool handle_signals = false;                 // SIGINT/TERM/HUP forwarded, SIGUSR1 reports
+};
+
+struct RankResult {
+  int rank = -1;
+  pid_t pid = -1;
+  bool ended = false;
+  segment::EndKind kind = segment::EndKind::None;
+  int code = 0;             // exit code or signal number
+  int stopped_with = 0;     // the last signal the launcher sent it, 0 if none
+  bool after_failure = false;  // ended after the job had already failed
+  int exit_status() const;  // code, or 128 + signal
+  bool failed() const;
+};
+
+class JobSupervisor {
+ public:
+  JobSupervisor(const segment::Segment& segment, SupervisorOptions options);
+  ~JobSupervisor();
+  JobSupervisor(const JobSupervisor&) = delete;
+  JobSupervisor& operator=(const JobSupervisor&) = delete;
+
+  // Blocks SIGINT/TERM/HUP/USR1 and reads them through a signalfd (handle_signals only).
+  // Call before spawning, so that children start from a known mask (spawn resets it).
+  void install_signal_handling();
+  // out_fd/err_fd: read ends of the rank's output pipes when tagging, else -1.
+  void add_rank(int rank, pid_t pid, int out_fd = -1, int err_fd = -1);
+  // Runs until every rank has ended; returns the job's exit status (0 if all exited 0; the
+  // first failed rank's status; 124 after a job timeout; 128+signal if interrupted).
+  int run();
+  const std::vector<RankResult>& results() const { return ranks_; }
+  // Startup failed (a rank could not be started): kills the ranks started so far with
+  // SIGKILL and reaps them.
+  void abort_startup();
+  // One summary on stderr when the job failed: which rank failed first and how, and what
+  // happened to the others.
+  void print_summary() const;
+  // The hang report (rank states, what each waits for, ring fill levels, wait-for cycles).
+  void print_report(const char* why) const;
+
+ private:
+  struct Stream {
+    int fd = -1;
+    int rank = -1;
+    bool is_err = false;
+    std::string partial;
+  };
+  void on_rank_exit(RankResult& r, int status);
+  int blamed_rank(int failing) const;
+  void fail_job(int rank);
+  void signal_live(int sig);
+  void drain_stream(Stream& s, bool final);
+  void emit_line(const Stream& s, const std::string& line) const;
+  void handle_signal();
+
+  const segment::Segment& segment_;
+  SupervisorOptions options_;
+  std::vector<RankResult> ranks_;
+  std::vector<int> pidfds_;
+  std::vector<Stream> streams_;
+  int signal_fd_ = -1;
+  int first_failure_ = -1;        // the rank blamed for the job's failure
+  int first_reaped_failure_ = -1; // the first failed rank in the order they were reaped
+  bool timed_out_ = false;
+  int interrupted_by_ = 0;
+  bool stopping_ = false;  // the job is being stopped: later exits are not "first"
+  std::chrono::steady_clock::time_point term_at_{}, kill_at_{};
+  bool term_sent_ = false, kill_sent_ = false;
+};
+
+}  // namespace shmdist::job

@@ -1,0 +1,94 @@
+// The free functions of distributed.hpp: the default process group. A launch() in thread
+// mode gives each rank's thread its own default (thread_local override), so seed-style code
+// runs unchanged as threads.
+
+#include <utility>
+#include <memory>
+
+#include "pg/default_group.hpp"
+#include "pg/impl.hpp"
+
+namespace shmdist {
+namespace {
+std::unique_ptr<ProcessGroup> g_default;
+thread_local ProcessGroup* t_default = nullptr;
+
+ProcessGroup& current() {
+  ProcessGroup* pg = t_default ? t_default : g_default.get();
+  if (!pg || !pg->is_initialized())
+    throw NotInitialized(
+        "the default process group is not initialized; call init_process_group() first "
+        "(and start the program with 'shmrun -n N program')");
+  return *pg;
+}
+}  // namespace
+
+namespace detail {
+ProcessGroup* set_thread_default(ProcessGroup* pg) { return std::exchange(t_default, pg); }
+}  // namespace detail
+
+void init_process_group(const std::string& backend, const InitOptions& options) {
+  if (backend != "shm" && backend != "gloo" && !backend.empty())
+    throw InvalidArgument("backend '" + backend +
+                          "' is not available: shmdist provides 'shm' ('gloo' is accepted as an "
+                          "alias so that torch programs port unchanged)");
+  if (t_default) return;  // a thread-mode rank: launch() already joined the job
+  if (g_default && g_default->is_initialized())
+    throw InvalidArgument(
+        "init_process_group: the default process group is already initialized; call "
+        "destroy_process_group() before initializing it again");
+  g_default = std::make_unique<ProcessGroup>(options);
+}
+
+bool is_initialized() {
+  ProcessGroup* pg = t_default ? t_default : g_default.get();
+  return pg && pg->is_initialized();
+}
+
+void destroy_process_group() {
+  ProcessGroup& pg = current();
+  pg.destroy();
+  if (!t_default) g_default.reset();
+}
+
+int get_rank(const Group& group) { return current().get_rank(group); }
+int get_world_size(const Group& group) { return current().get_world_size(group); }
+Group new_group(const std::vector<int>& ranks) { return current().new_group(ranks); }
+int get_group_rank(const Group& group, int global_rank) {
+  return current().get_group_rank(group, global_rank);
+}
+int get_global_rank(const Group& group, int group_rank) {
+  return current().get_global_rank(group, group_rank);
+}
+std::vector<int> get_process_group_ranks(const Group& group) {
+  return current().get_process_group_ranks(group);
+}
+
+void send(const Tensor& tensor, int dst, const Group& group, int tag) {
+  current().send(tensor, dst, group, tag);
+}
+int recv(Tensor& tensor, int src, const Group& group, int tag) {
+  return current().recv(tensor, src, group, tag);
+}
+Work isend(const Tensor& tensor, int dst, const Group& group, int tag) {
+  return current().isend(tensor, dst, group, tag);
+}
+Work irecv(Tensor& tensor, int src, const Group& group, int tag) {
+  return current().irecv(tensor, src, group, tag);
+}
+std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
+  return current().batch_isend_irecv(ops);
+}
+void barrier(const Group& group) { current().barrier(group); }
+
+void send_bytes(std::span<const std::byte> bytes, int dst, const Group& group, int tag) {
+  current().send_bytes(bytes, dst, group, tag);
+}
+int recv_bytes(std::span<std::byte> bytes, int src, const Group& group, int tag) {
+  return current().recv_bytes(bytes, src, group, tag);
+}
+std::vector<std::byte> recv_bytes(int src, const Group& group, int tag, int* source) {
+  return current().recv_bytes(src, group, tag, source);
+}
+
+}  // namespace shmdist

@@ -1,0 +1,113 @@
+// Joining a job from the environment: shmrun's variables (an inherited segment descriptor),
+// or a foreign launcher's (torchrun, mpirun, PMI), which rendezvous on a named segment.
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "pg/env.hpp"
+#include "pg/impl.hpp"
+#include "pg/rendezvous.hpp"
+#include "segment/layout.hpp"
+
+namespace shmdist::detail {
+namespace {
+
+constexpr const char* kUseShmrun =
+    "Start the program with 'shmrun -n N program' (or torchrun / mpirun, which set RANK and "
+    "WORLD_SIZE or OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE).";
+
+struct RankAndWorld {
+  int rank = -1;
+  int world = -1;
+};
+
+// Takes RANK/WORLD_SIZE-style variables, letting InitOptions override them.
+RankAndWorld rank_and_world(const InitOptions& options, const char* rank_var,
+                            const char* world_var) {
+  RankAndWorld rw;
+  const auto world = env::get_int(world_var, 1, segment::kMaxWorldSize);
+  rw.world = options.world_size >= 0 ? options.world_size : world ? static_cast<int>(*world) : -1;
+  if (rw.world < 1 || rw.world > segment::kMaxWorldSize)
+    throw SetupError(std::string(world_var) + " is " +
+                     (rw.world < 0 ? std::string("not set") : std::to_string(rw.world)) +
+                     ": expected the number of ranks, 1 to " +
+                     std::to_string(segment::kMaxWorldSize) + ". " + kUseShmrun);
+  const auto rank = env::get_int(rank_var, 0, rw.world - 1);
+  rw.rank = options.rank >= 0 ? options.rank : rank ? static_cast<int>(*rank) : -1;
+  if (rw.rank < 0 || rw.rank >= rw.world)
+    throw SetupError(std::string(rank_var) + " is " +
+                     (rw.rank < 0 ? std::string("not set") : std::to_string(rw.rank)) +
+                     " but the world has " + std::to_string(rw.world) + " ranks: expected 0 to " +
+                     std::to_string(rw.world - 1) + ". " + kUseShmrun);
+  return rw;
+}
+
+long spin_override() {
+  const auto v = env::get_int("SHMDIST_SPIN_US", 0, 1'000'000);
+  return v ? static_cast<long>(*v) : -1;
+}
+
+std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
+                                                const std::string& fd_text) {
+  const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
+  const int fd = static_cast<int>(env::parse_int("SHMDIST_SEGMENT_FD", fd_text, 0, 1 << 20));
+  auto seg = std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, rw.world));
+  ::close(fd);  // the mapping stays; programs this rank starts must not inherit the segment
+  if (const auto key = env::get("SHMDIST_JOB_KEY")) {
+    char expected[32];
+    std::snprintf(expected, sizeof expected, "%016llx",
+                  static_cast<unsigned long long>(seg->header().job_key));
+    if (*key != expected)
+      throw SetupError("the segment behind SHMDIST_SEGMENT_FD belongs to another job (job key " +
+                       std::string(expected) + ", expected " + *key + "). " + kUseShmrun);
+  }
+  const auto& rc = seg->rank_control(rw.rank);
+  if (rc.state.load(std::memory_order_acquire) != 0)
+    throw SetupError("rank " + std::to_string(rw.rank) + " of this job already joined (pid " +
+                     std::to_string(rc.pid.load()) +
+                     "); each rank may call init_process_group once per job");
+  return std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
+                                              spin_override());
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& options) {
+  if (options.init_method != "env://")
+    throw InvalidArgument("init_method '" + options.init_method +
+                          "' is not supported: shmdist joins jobs through 'env://' only");
+  if (options.timeout.count() <= 0)
+    throw InvalidArgument("InitOptions::timeout must be positive, got " +
+                          std::to_string(options.timeout.count()) + " ms");
+  if (const auto fd = env::get("SHMDIST_SEGMENT_FD")) return join_shmrun(options, *fd);
+
+  // Foreign launchers: torchrun-style, Open MPI, PMI.
+  if (env::get("OMPI_COMM_WORLD_RANK") || env::get("OMPI_COMM_WORLD_SIZE")) {
+    const RankAndWorld rw = rank_and_world(options, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+    return join_by_rendezvous(rw.rank, rw.world, mpi_job_id(), options, spin_override());
+  }
+  if (env::get("PMI_RANK") || env::get("PMI_SIZE")) {
+    const RankAndWorld rw = rank_and_world(options, "PMI_RANK", "PMI_SIZE");
+    return join_by_rendezvous(rw.rank, rw.world, pmi_job_id(), options, spin_override());
+  }
+  if (env::get("RANK") || env::get("WORLD_SIZE") || options.rank >= 0) {
+    const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
+    const auto addr = env::get("MASTER_ADDR");
+    const auto port = env::get("MASTER_PORT");
+    if (!addr || !port)
+      throw SetupError(
+          "RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not: ranks started "
+          "without shmrun meet on a segment named after MASTER_ADDR and MASTER_PORT, so set "
+          "both (torchrun does), or start the program with 'shmrun -n N program'.");
+    env::parse_int("MASTER_PORT", *port, 1, 65535);
+    return join_by_rendezvous(rw.rank, rw.world, "torch:" + *addr + ":" + *port, options,
+                              spin_override());
+  }
+  throw SetupError(
+      "this process was not started by a launcher: none of SHMDIST_SEGMENT_FD (shmrun), "
+      "RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK (mpirun) or PMI_RANK is set. " +
+      std::string(kUseShmrun));
+}
+
+}  // namespace shmdist::detail

@@ -1,0 +1,345 @@
+// ProcessGroup: argument checking, group bookkeeping and translation to engine calls.
+
+#include <iostream>
+#include <set>
+
+#include "pg/impl.hpp"
+#include "transport/shm_transport.hpp"
+
+namespace shmdist {
+namespace {
+
+std::uint32_t members_signature(const std::vector<int>& members) {
+  std::uint32_t h = 2166136261u;  // FNV-1a over the member list
+  for (int m : members) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= static_cast<std::uint32_t>(m >> (8 * i)) & 0xffu;
+      h *= 16777619u;
+    }
+  }
+  return h | 1u;  // never 0, which is the world's
+}
+
+std::string group_name(const detail::GroupInfo& g) {
+  return g.id == 0 ? std::string("the world group") : "group #" + std::to_string(g.id);
+}
+
+// Argument checks run on every call: the tests are inline, the messages are built out of
+// line, only when something is wrong.
+[[noreturn, gnu::cold, gnu::noinline]] void bad_tag(int tag, const char* call) {
+  throw InvalidArgument(std::string(call) + ": tag " + std::to_string(tag) +
+                        " is negative; tags must be >= 0");
+}
+
+inline void check_tag(int tag, const char* call) {
+  if (tag < 0) [[unlikely]]
+    bad_tag(tag, call);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void bad_tensor(const char* call) {
+  throw InvalidArgument(std::string(call) +
+                        ": the tensor is undefined (default-constructed); pass a tensor made "
+                        "with zeros(), empty(), tensor({...}) or from_blob()");
+}
+
+inline void check_tensor(const Tensor& t, const char* call) {
+  if (!t.defined()) [[unlikely]]
+    bad_tensor(call);
+}
+
+}  // namespace
+
+ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
+                         std::chrono::milliseconds t, long spin_us_override)
+    : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
+  auto transport = std::make_unique<transport::ShmTransport>(segment, rank);
+  engine = std::make_shared<engine::Engine>(
+      std::move(transport), wait::SpinPolicy::for_job(world, spin_us_override), timeout);
+  auto w = std::make_shared<detail::GroupInfo>();
+  w->owner = this;
+  for (int i = 0; i < world; ++i) w->members.push_back(i);
+  w->my_rank = rank;
+  world_group = std::move(w);
+}
+
+// ---- Group ----------------------------------------------------------------------------------
+
+bool Group::is_member() const { return info_ == nullptr || info_->my_rank >= 0; }
+
+const std::vector<int>& Group::ranks() const {
+  static const std::vector<int> none;
+  return info_ ? info_->members : none;
+}
+
+// ---- lifetime -------------------------------------------------------------------------------
+
+ProcessGroup::ProcessGroup(const InitOptions& options)
+    : impl_(detail::join_from_environment(options)) {}
+ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
+  if (this != &other) {
+    try {
+      if (is_initialized()) destroy();
+    } catch (...) {
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+ProcessGroup::~ProcessGroup() {
+  try {
+    if (is_initialized()) destroy();
+  } catch (...) {
+  }
+}
+
+bool ProcessGroup::is_initialized() const { return impl_ && !impl_->destroyed; }
+
+ProcessGroup::Impl& ProcessGroup::impl() const {
+  if (!is_initialized())
+    throw NotInitialized(
+        "the process group is not initialized (never created, or destroyed); call "
+        "init_process_group() first, inside a job started with 'shmrun -n N program'");
+  return *impl_;
+}
+
+void ProcessGroup::destroy() {
+  Impl& s = impl();
+  s.engine->finalize(std::cerr);
+  s.destroyed = true;
+  s.engine.reset();
+  s.segment.reset();
+  if (s.after_destroy) s.after_destroy();
+}
+
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl().timeout; }
+
+// ---- groups ---------------------------------------------------------------------------------
+
+namespace {
+[[noreturn, gnu::cold, gnu::noinline]] void foreign_group(const char* call) {
+  throw InvalidArgument(std::string(call) +
+                        ": the group was created by another process group object; use groups "
+                        "only with the ProcessGroup whose new_group() made them");
+}
+
+inline const detail::GroupInfo& resolve(const ProcessGroup::Impl& s, const Group& g,
+                                        const char* call) {
+  const detail::GroupInfo* info = g.info();
+  if (!info) return *s.world_group;
+  if (info->owner != &s) [[unlikely]]
+    foreign_group(call);
+  return *info;
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void not_member(const ProcessGroup::Impl& s,
+                                                      const detail::GroupInfo& info,
+                                                      const char* call) {
+  throw InvalidArgument(std::string(call) + ": global rank " + std::to_string(s.rank) +
+                        " is not a member of " + group_name(info) +
+                        "; only its members may use it");
+}
+
+inline const detail::GroupInfo& resolve_member(const ProcessGroup::Impl& s, const Group& g,
+                                               const char* call) {
+  const detail::GroupInfo& info = resolve(s, g, call);
+  if (info.my_rank < 0) [[unlikely]]
+    not_member(s, info, call);
+  return info;
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void bad_peer(const ProcessGroup::Impl& s,
+                                                    const detail::GroupInfo& info, int peer,
+                                                    const char* call, const char* role,
+                                                    bool any_allowed) {
+  if (peer < 0 || peer >= s.world)
+    throw InvalidArgument(std::string(call) + ": " + role + " rank " + std::to_string(peer) +
+                          " is outside the world [0, " + std::to_string(s.world) + ")" +
+                          (any_allowed ? "; use ANY_SOURCE (-1) to receive from anyone" : ""));
+  if (peer == s.rank)
+    throw InvalidArgument(std::string(call) + ": " + role + " rank " + std::to_string(peer) +
+                          " is this rank itself; send to and receive from other ranks only");
+  throw InvalidArgument(std::string(call) + ": global rank " + std::to_string(peer) +
+                        " is not part of " + group_name(info) + "; " + role +
+                        " ranks are global ranks, and must be members of the group");
+}
+
+// Checks a peer given as a global rank for a call on `info`.
+inline void check_peer(const ProcessGroup::Impl& s, const detail::GroupInfo& info, int peer,
+                       const char* call, const char* role, bool any_allowed) {
+  if (any_allowed && peer == ANY_SOURCE) return;
+  if (peer < 0 || peer >= s.world || peer == s.rank ||
+      (info.id != 0 && info.group_rank_of(peer) < 0)) [[unlikely]]
+    bad_peer(s, info, peer, call, role, any_allowed);
+}
+
+engine::MatchKey key_for(const detail::GroupInfo& info, int tag, std::uint8_t channel) {
+  return {info.id, info.sig, tag, channel};
+}
+}  // namespace
+
+int ProcessGroup::get_rank(const Group& group) const {
+  return resolve(impl(), group, "get_rank").my_rank;
+}
+
+int ProcessGroup::get_world_size(const Group& group) const {
+  const auto& info = resolve(impl(), group, "get_world_size");
+  return info.my_rank < 0 ? -1 : static_cast<int>(info.members.size());
+}
+
+Group ProcessGroup::new_group(const std::vector<int>& ranks) {
+  Impl& s = impl();
+  if (ranks.empty())
+    throw InvalidArgument("new_group: expected at least one rank, got an empty list");
+  std::set<int> unique;
+  for (int r : ranks) {
+    if (r < 0 || r >= s.world)
+      throw InvalidArgument("new_group: rank " + std::to_string(r) +
+                            " is outside the world [0, " + std::to_string(s.world) +
+                            "); the new group's ranks must be within the world size");
+    if (!unique.insert(r).second)
+      throw InvalidArgument("new_group: rank " + std::to_string(r) + " is listed twice");
+  }
+  auto info = std::make_shared<detail::GroupInfo>();
+  info->owner = &s;
+  info->id = s.next_group_id++;
+  info->members.assign(unique.begin(), unique.end());
+  info->sig = members_signature(info->members);
+  info->my_rank = info->group_rank_of(s.rank);
+  return Group(std::move(info));
+}
+
+int ProcessGroup::get_group_rank(const Group& group, int global_rank) const {
+  const auto& info = resolve(impl(), group, "get_group_rank");
+  const int r = info.group_rank_of(global_rank);
+  if (r < 0)
+    throw InvalidArgument("get_group_rank: global rank " + std::to_string(global_rank) +
+                          " is not part of " + group_name(info));
+  return r;
+}
+
+int ProcessGroup::get_global_rank(const Group& group, int group_rank) const {
+  const auto& info = resolve(impl(), group, "get_global_rank");
+  if (group_rank < 0 || group_rank >= static_cast<int>(info.members.size()))
+    throw InvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) +
+                          " is not part of " + group_name(info) + " (it has " +
+                          std::to_string(info.members.size()) + " ranks)");
+  return info.members[group_rank];
+}
+
+std::vector<int> ProcessGroup::get_process_group_ranks(const Group& group) const {
+  return resolve(impl(), group, "get_process_group_ranks").members;
+}
+
+// ---- point-to-point -------------------------------------------------------------------------
+
+void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int tag) {
+  Impl& s = impl();
+  check_tensor(tensor, "send");
+  check_tag(tag, "send");
+  const auto& info = resolve_member(s, group, "send");
+  check_peer(s, info, dst, "send", "destination", false);
+  s.engine->send(tensor, dst, key_for(info, tag, ring::kUserChannel));
+}
+
+int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
+  Impl& s = impl();
+  check_tensor(tensor, "recv");
+  check_tag(tag, "recv");
+  const auto& info = resolve_member(s, group, "recv");
+  check_peer(s, info, src, "recv", "source", true);
+  return s.engine->recv(tensor, src, key_for(info, tag, ring::kUserChannel), info.members);
+}
+
+Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
+  Impl& s = impl();
+  check_tensor(tensor, "isend");
+  check_tag(tag, "isend");
+  const auto& info = resolve_member(s, group, "isend");
+  check_peer(s, info, dst, "isend", "destination", false);
+  return Work(s.engine->isend(tensor, dst, key_for(info, tag, ring::kUserChannel)));
+}
+
+Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
+  Impl& s = impl();
+  check_tensor(tensor, "irecv");
+  check_tag(tag, "irecv");
+  const auto& info = resolve_member(s, group, "irecv");
+  check_peer(s, info, src, "irecv", "source", true);
+  return Work(s.engine->irecv(tensor, src, key_for(info, tag, ring::kUserChannel), info.members));
+}
+
+std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  Impl& s = impl();
+  if (ops.empty())
+    throw InvalidArgument("batch_isend_irecv: the list of operations is empty");
+  const detail::GroupInfo* first = &resolve(s, ops.front().group, "batch_isend_irecv");
+  for (const P2POp& op : ops) {
+    const auto& info = resolve_member(s, op.group, "batch_isend_irecv");
+    if (&info != first)
+      throw InvalidArgument("batch_isend_irecv: all ops need to use the same group");
+    check_tensor(op.tensor, "batch_isend_irecv");
+    check_tag(op.tag, "batch_isend_irecv");
+    const bool is_recv = op.op == P2POp::Kind::Recv;
+    check_peer(s, info, op.peer, "batch_isend_irecv", is_recv ? "source" : "destination", is_recv);
+  }
+  std::vector<Work> works;
+  works.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const auto key = key_for(*first, op.tag, ring::kUserChannel);
+    if (op.op == P2POp::Kind::Send)
+      works.push_back(Work(s.engine->isend(op.tensor, op.peer, key)));
+    else
+      works.push_back(Work(s.engine->irecv(op.tensor, op.peer, key, first->members)));
+  }
+  return works;
+}
+
+// Dissemination barrier: in round k each member sends an empty message 2^k ahead and
+// receives one from 2^k behind, on the library's own channel (never mixed with user tags).
+// Messages between one pair on one round tag are FIFO, so consecutive barriers cannot mix.
+void ProcessGroup::barrier(const Group& group) {
+  Impl& s = impl();
+  const auto& info = resolve_member(s, group, "barrier");
+  const int n = static_cast<int>(info.members.size());
+  const int me = info.my_rank;
+  const Tensor token = empty({0}, kUInt8);
+  Tensor sink = empty({0}, kUInt8);
+  int round = 0;
+  for (int step = 1; step < n; step <<= 1, ++round) {
+    const int to = info.members[(me + step) % n];
+    const int from = info.members[(me - step + n) % n];
+    const auto key = key_for(info, round, ring::kInternalChannel);
+    s.engine->send(token, to, key);
+    s.engine->recv(sink, from, key, info.members, false, engine::kBlockedBarrier);
+  }
+}
+
+void ProcessGroup::send_bytes(std::span<const std::byte> bytes, int dst, const Group& group,
+                              int tag) {
+  const Tensor t = Tensor::from_blob(const_cast<std::byte*>(bytes.data()),
+                                     {static_cast<std::int64_t>(bytes.size())}, kUInt8);
+  send(t, dst, group, tag);
+}
+
+int ProcessGroup::recv_bytes(std::span<std::byte> bytes, int src, const Group& group, int tag) {
+  Tensor t = Tensor::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, kUInt8);
+  return recv(t, src, group, tag);
+}
+
+std::vector<std::byte> ProcessGroup::recv_bytes(int src, const Group& group, int tag,
+                                                int* source) {
+  Impl& s = impl();
+  check_tag(tag, "recv_bytes");
+  const auto& info = resolve_member(s, group, "recv_bytes");
+  check_peer(s, info, src, "recv_bytes", "source", true);
+  Tensor t = empty({0}, kUInt8);
+  const int from =
+      s.engine->recv(t, src, key_for(info, tag, ring::kUserChannel), info.members, true);
+  if (source) *source = from;
+  const auto* p = static_cast<const std::byte*>(t.data_ptr());
+  return std::vector<std::byte>(p, p + t.nbytes());
+}
+
+}  // namespace shmdist

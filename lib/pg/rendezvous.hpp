@@ -1,0 +1,26 @@
+// Joining a job whose ranks were started by another launcher (torchrun, mpirun, PMI): the
+// ranks meet on a shared segment named from the job's identity and the user id. The first
+// rank creates it, the others attach, all wait for the full set; the name is removed as soon
+// as every rank has attached. A stale segment left by a crashed job is replaced, not joined.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "pg/impl.hpp"
+
+namespace shmdist::detail {
+
+// Identity of an Open MPI job (its jobid) / a PMI job, for the rendezvous name.
+std::string mpi_job_id();
+std::string pmi_job_id();
+
+// The segment name for a job identity and world size ("shmdist-<uid>-rv-<hash>").
+std::string rendezvous_name(const std::string& job_id, int world_size);
+
+std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
+                                                       const std::string& job_id,
+                                                       const InitOptions& options,
+                                                       long spin_us_override);
+
+}  // namespace shmdist::detail
