@@ -1,5 +1,7 @@
 #include "pg/rendezvous.hpp"
 
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -51,13 +53,22 @@ bool is_stale(const segment::Segment& seg, int rank, const std::string& job_id) 
   return false;
 }
 
-void remove_if_same(const std::string& name, std::uint64_t stale_key, int world) {
-  segment::Segment again = segment::Segment::attach_name(name, world);
-  if (again.valid() && again.header().job_key == stale_key) {
+// Removes the name of the stale segment `seg` (which we hold open), unless it already names
+// another segment. Replacers of one stale segment serialise on a lock of that segment, and
+// only a holder of the lock can unlink its name, so checking that the name still refers to
+// the same inode and then unlinking cannot remove a fresh segment another rank just created.
+void remove_stale(const segment::Segment& seg, const std::string& name) {
+  const int fd = seg.fd();
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) return;
+  struct stat held {}, named {};
+  const std::string path = "/dev/shm/" + name;
+  if (fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+      held.st_dev == named.st_dev) {
     std::fprintf(stderr, "shmdist: replacing the stale segment '%s' left by a crashed job\n",
                  name.c_str());
     segment::Segment::remove_name(name);
   }
+  flock(fd, LOCK_UN);
 }
 
 }  // namespace
@@ -97,7 +108,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     *seg = segment::Segment::attach_name(name, world);
     if (seg->valid()) {
       if (!is_stale(*seg, rank, job_id)) break;
-      remove_if_same(name, seg->header().job_key, world);
+      remove_stale(*seg, name);
       continue;
     }
     if (Clock::now() >= deadline)
