@@ -103,18 +103,23 @@ constexpr DType dtype_of() {
 // accepted only with count 0. Throws InvalidArgument for invalid dtypes or null buffers.
 void convert_elements(const void* src, DType from, void* dst, DType to, std::size_t count);
 
+namespace detail {
+// Bytes per element by dtype code, for the inline accessors below.
+inline constexpr std::size_t kDTypeSize[kNumDTypes] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+}  // namespace detail
+
 class Tensor {
  public:
-  Tensor();  // undefined: defined() == false
-  bool defined() const;
-  DType dtype() const;
-  const std::vector<std::int64_t>& sizes() const;  // shape; {} for a 0-d scalar
-  std::int64_t dim() const;
-  std::int64_t numel() const;
-  std::size_t nbytes() const;
-  std::size_t element_size() const;
-  void* data_ptr();
-  const void* data_ptr() const;
+  Tensor() = default;  // undefined: defined() == false
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }  // {} for a 0-d scalar
+  std::int64_t dim() const { return static_cast<std::int64_t>(sizes_.size()); }
+  std::int64_t numel() const { return numel_; }
+  std::size_t element_size() const { return detail::kDTypeSize[static_cast<unsigned>(dtype_)]; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * element_size(); }
+  void* data_ptr() { return data_; }
+  const void* data_ptr() const { return data_; }
   template <class T>
   T* data() {
     check_element_type(dtype_of<T>());

@@ -183,10 +183,11 @@ std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const Ma
 }
 
 std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const MatchKey& key,
-                                         const std::vector<int>&) {
+                                         const std::vector<int>& candidates) {
   auto op = std::make_shared<Operation>();
   op->kind = Operation::Kind::Recv;
   op->peer = src;
+  if (src < 0) op->candidates = candidates;
   op->key = key;
   op->set_view(tensor);
   op->keep = tensor;
@@ -205,6 +206,7 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
   if (op.pending()) {
     const auto limit = timeout ? *timeout : timeout_;
     WaitFocus focus{kBlockedWait, op.peer, nullptr, op.key, op.view.nbytes};
+    if (op.kind == Operation::Kind::Recv && op.peer < 0) focus.candidates = &op.candidates;
     if (op.kind == Operation::Kind::Send) focus.key = {op.out.env.group_id, op.out.env.group_sig,
                                                       op.out.env.tag, op.out.env.channel};
     const bool done = block_until([&] { return !op.pending(); }, focus, limit);

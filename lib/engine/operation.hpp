@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <vector>
 
 #include <shmdist/tensor.hpp>
 
@@ -59,6 +60,7 @@ struct Operation {
 
   // Receive side.
   engine::MatchKey key;
+  std::vector<int> candidates;      // any-source receive: who may send (the group's members)
   bool any_size = false;            // receive a byte message of whatever size (recv_bytes)
   engine::PostedHook posted_hook;   // linked while posted and not yet routed
   std::unique_ptr<std::byte[]> staging;  // bytes of another dtype, converted at completion

@@ -94,7 +94,7 @@ void Engine::check_failures(const WaitFocus& focus) {
     throw PeerFailure("rank " + std::to_string(focus.peer) +
                       " has finalized (destroy_process_group) or exited, and will send nothing "
                       "more; " + describe(focus) + " can never complete");
-  if (focus.op == kBlockedRecv && focus.peer < 0 && focus.candidates) {
+  if (receiving && focus.peer < 0 && focus.candidates) {
     bool any_alive = false;
     for (int p : *focus.candidates)
       if (p != rank() && !silent(p)) any_alive = true;

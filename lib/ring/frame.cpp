@@ -13,19 +13,7 @@ namespace {
 
 }  // namespace
 
-MessageHeader encode_header(const Envelope& env) {
-  MessageHeader h{};
-  h.group_id = env.group_id;
-  h.group_sig = env.group_sig;
-  h.tag = env.tag;
-  h.dtype = static_cast<std::uint8_t>(env.dtype);
-  h.channel = env.channel;
-  h.numel = env.numel;
-  h.nbytes = env.nbytes;
-  return h;
-}
-
-Envelope decode_header(const MessageHeader& raw, std::uint64_t record_length, int src) {
+void reject_header(const MessageHeader& raw, std::uint64_t record_length, int src) {
   if (record_length < sizeof(MessageHeader))
     corrupt(src, "a message record of " + std::to_string(record_length) +
                      " bytes, shorter than its " + std::to_string(sizeof(MessageHeader)) +
@@ -36,7 +24,7 @@ Envelope decode_header(const MessageHeader& raw, std::uint64_t record_length, in
   if (raw.tag < 0) corrupt(src, "negative tag " + std::to_string(raw.tag));
   if (raw.channel > kInternalChannel) corrupt(src, "channel " + std::to_string(raw.channel));
   const auto dtype = static_cast<DType>(raw.dtype);
-  const std::uint64_t esize = kElementSize[raw.dtype];
+  const std::uint64_t esize = detail::kDTypeSize[raw.dtype];
   if (raw.nbytes > kMaxMessageBytes)
     corrupt(src, "a message of " + std::to_string(raw.nbytes) + " bytes, above the " +
                      std::to_string(kMaxMessageBytes) + "-byte limit");
@@ -45,39 +33,23 @@ Envelope decode_header(const MessageHeader& raw, std::uint64_t record_length, in
                      std::to_string(raw.numel) + " elements of " +
                      std::string(dtype_name(dtype)) + " (expected " +
                      std::to_string(raw.numel * esize) + ")");
-  if (record_length - sizeof(MessageHeader) > raw.nbytes)
-    corrupt(src, "a first record carrying " +
-                     std::to_string(record_length - sizeof(MessageHeader)) +
-                     " payload bytes for a message of " + std::to_string(raw.nbytes));
-  Envelope env;
-  env.src = src;
-  env.group_id = raw.group_id;
-  env.group_sig = raw.group_sig;
-  env.tag = raw.tag;
-  env.channel = raw.channel;
-  env.dtype = dtype;
-  env.numel = raw.numel;
-  env.nbytes = raw.nbytes;
-  return env;
+  corrupt(src, "a first record carrying " +
+                   std::to_string(record_length - sizeof(MessageHeader)) +
+                   " payload bytes for a message of " + std::to_string(raw.nbytes));
 }
 
-void check_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_length,
-                  bool in_message, std::uint64_t bytes_remaining, int src) {
+void reject_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_length,
+                   bool in_message, std::uint64_t bytes_remaining, int src) {
   if (length > max_length)
     corrupt(src, "a record of " + std::to_string(length) + " bytes in a ring that holds at most " +
                      std::to_string(max_length));
-  if (kind == static_cast<std::uint16_t>(RecordKind::Start)) {
-    if (in_message)
-      corrupt(src, "a new message while " + std::to_string(bytes_remaining) +
-                       " bytes of the previous one were still due");
-    return;
-  }
+  if (kind == static_cast<std::uint16_t>(RecordKind::Start))
+    corrupt(src, "a new message while " + std::to_string(bytes_remaining) +
+                     " bytes of the previous one were still due");
   if (kind == static_cast<std::uint16_t>(RecordKind::Continuation)) {
     if (!in_message) corrupt(src, "a continuation record outside any message");
-    if (length == 0 || length > bytes_remaining)
-      corrupt(src, "a continuation of " + std::to_string(length) + " bytes when " +
-                       std::to_string(bytes_remaining) + " were due");
-    return;
+    corrupt(src, "a continuation of " + std::to_string(length) + " bytes when " +
+                     std::to_string(bytes_remaining) + " were due");
   }
   corrupt(src, "record kind " + std::to_string(kind) + ", expected 1 (start) or 2 (continuation)");
 }

@@ -116,6 +116,29 @@ class RingProducer {
     control_->head_hint.store(next, std::memory_order_relaxed);
   }
 
+  // publish() for a record whose prefix is a fixed-size header (the common small message):
+  // the prefix copy is a few stores, never a wrap (it lies in the record's first 64 bytes).
+  template <std::size_t N>
+  void publish_with_header(RecordKind kind, const void* header,
+                           std::span<const std::byte> payload) {
+    static_assert(sizeof(RecordHeader) + N <= kRecordAlign, "header must fit the first line");
+    const std::uint64_t length = N + payload.size();
+    const std::uint64_t pos = head_;
+    const std::uint64_t next = pos + padded_record_size(length);
+    std::byte* rec = data_ + (pos & mask_);
+    RecordHeader* h = reinterpret_cast<RecordHeader*>(static_cast<void*>(rec));
+    h->length = static_cast<std::uint32_t>(length);
+    h->kind = static_cast<std::uint16_t>(kind);
+    h->reserved = 0;
+    std::memcpy(rec + sizeof(RecordHeader), header, N);
+    if (!payload.empty())
+      copy_into_ring(data_, mask_, pos + sizeof(RecordHeader) + N, payload.data(), payload.size());
+    stamp_at(data_, mask_, next).store(0, std::memory_order_relaxed);
+    stamp_at(data_, mask_, pos).store(pos + 1, std::memory_order_release);
+    head_ = next;
+    control_->head_hint.store(next, std::memory_order_relaxed);
+  }
+
   std::uint64_t head() const { return head_; }
   std::uint64_t capacity() const { return mask_ + 1; }
   bool valid() const { return control_ != nullptr; }

@@ -66,19 +66,6 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& sizes, DType dtype,
 
 }  // namespace detail
 
-Tensor::Tensor() = default;
-
-bool Tensor::defined() const { return storage_ != nullptr; }
-DType Tensor::dtype() const { return dtype_; }
-const std::vector<std::int64_t>& Tensor::sizes() const { return sizes_; }
-std::int64_t Tensor::dim() const { return static_cast<std::int64_t>(sizes_.size()); }
-std::int64_t Tensor::numel() const { return numel_; }
-std::size_t Tensor::element_size() const { return shmdist::element_size(dtype_); }
-std::size_t Tensor::nbytes() const {
-  return static_cast<std::size_t>(numel_) * shmdist::element_size(dtype_);
-}
-void* Tensor::data_ptr() { return data_; }
-const void* Tensor::data_ptr() const { return data_; }
 
 std::shared_ptr<void> Tensor::storage_handle() const { return storage_; }
 
