@@ -47,7 +47,8 @@ std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
   std::optional<ProcessGroup> pg;
   try {
     pg.emplace(detail::ProcessGroupAccess::make(
-        std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us)));
+        std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us,
+                                             /*supervised=*/true)));
     detail::set_thread_default(&*pg);
     fn(*pg);
     if (pg->is_initialized()) pg->destroy();

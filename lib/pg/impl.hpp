@@ -24,9 +24,10 @@ struct ProcessGroup::Impl {
   bool destroyed = false;
   std::function<void()> after_destroy;  // e.g. release a rendezvous name
 
-  // Builds the group state for `rank` of the job in `segment`.
+  // Builds the group state for `rank` of the job in `segment`. `supervised`: a launcher
+  // records how ranks end (shmrun, launch()); otherwise peers' processes are watched.
   Impl(std::shared_ptr<segment::Segment> segment, int rank, std::chrono::milliseconds timeout,
-       long spin_us_override);
+       long spin_us_override, bool supervised);
 };
 
 namespace detail {

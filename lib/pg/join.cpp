@@ -68,7 +68,7 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                      std::to_string(rc.pid.load()) +
                      "); each rank may call init_process_group once per job");
   return std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
-                                              spin_override());
+                                              spin_override(), /*supervised=*/true);
 }
 
 }  // namespace

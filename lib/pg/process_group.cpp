@@ -50,9 +50,9 @@ inline void check_tensor(const Tensor& t, const char* call) {
 }  // namespace
 
 ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
-                         std::chrono::milliseconds t, long spin_us_override)
+                         std::chrono::milliseconds t, long spin_us_override, bool supervised)
     : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
-  auto transport = std::make_unique<transport::ShmTransport>(segment, rank);
+  auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
   engine = std::make_shared<engine::Engine>(
       std::move(transport), wait::SpinPolicy::for_job(world, spin_us_override), timeout);
   auto w = std::make_shared<detail::GroupInfo>();

@@ -116,7 +116,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                        "' on segment '" + name + "' within the timeout");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us_override);
+  auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us_override,
+                                                   /*supervised=*/false);
   // Wait for the full set; the name goes as soon as everyone has attached.
   auto& attached = seg->header().attached;
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {

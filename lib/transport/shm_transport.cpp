@@ -1,14 +1,17 @@
 #include "transport/shm_transport.hpp"
 
 #include <utility>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "segment/job_state.hpp"
-#include "wait/liveness.hpp"
 
 namespace shmdist::transport {
 
@@ -23,20 +26,22 @@ constexpr int kRecordsPerRingPerPoll = 32;
 // Hinted polls that found a ring empty before its hint is cleared.
 constexpr std::uint32_t kEmptyPollsBeforeClear = 64;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+
 // How long a dead peer's launcher gets to record its exit status before we report it gone.
-constexpr auto kLauncherRecordGrace = std::chrono::milliseconds(500);
 }  // namespace
 
-ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank)
+ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised)
     : segment_(std::move(segment)),
       rank_(rank),
+      supervised_(supervised),
       world_(segment_->world_size()),
       own_(&segment_->rank_control(rank)),
       doorbell_(*own_),
       producers_(world_),
       consumers_(world_),
       inbound_(world_),
-      next_liveness_check_(world_) {
+      pidfds_(world_, -1),
+      dead_(world_, false) {
   const std::uint64_t ring_size = segment_->ring_size();
   chunk_ = static_cast<std::size_t>(std::min<std::uint64_t>(ring_size / 8, 64 << 10));
   for (int peer = 0; peer < world_; ++peer) {
@@ -55,11 +60,14 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank)
                      "joins once (is RANK duplicated, or init_process_group called twice?)");
   own_->pid.store(getpid(), std::memory_order_relaxed);
   segment_->header().attached.fetch_add(1, std::memory_order_acq_rel);
-  // Thread mode: all ranks live in one process, so a pid says nothing about a rank.
-  shares_pid_with_peers_ = (segment_->header().flags & segment::kThreadMode) != 0;
+  // Thread mode: all ranks live in one process; the launcher records how each one ended.
+  if (segment_->header().flags & segment::kThreadMode) supervised_ = true;
 }
 
-ShmTransport::~ShmTransport() = default;
+ShmTransport::~ShmTransport() {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+}
 
 // ---- inbound --------------------------------------------------------------------------------
 
@@ -254,27 +262,41 @@ PeerState ShmTransport::peer_state(int peer) {
                        rc.end_code.load(std::memory_order_relaxed) == 0;
     return {PeerStatus::Gone, clean, segment::describe_rank_end(*segment_, peer)};
   }
-  if (state == RankState::Running && !shares_pid_with_peers_) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= next_liveness_check_[peer]) {
-      next_liveness_check_[peer] = now + kLivenessInterval;
-      const pid_t pid = rc.pid.load(std::memory_order_relaxed);
-      if (pid > 0 && !wait::process_alive(pid)) {
-        // A launcher that is our parent (shmrun, launch()) reaps the peer and records how it
-        // ended within moments; saying "gone, exit status unknown" first would hide that.
-        if (seen_dead_since_.empty()) seen_dead_since_.resize(world_);
-        auto& since = seen_dead_since_[peer];
-        if (since == std::chrono::steady_clock::time_point{}) since = now;
-        const bool launcher_reaps = getppid() == segment_->header().creator_pid;
-        if (launcher_reaps && now < since + kLauncherRecordGrace)
-          return {PeerStatus::Running, false, {}};
-        return {PeerStatus::Gone, false,
-                "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
-                    ") is gone without finalizing (exit status unknown here)"};
-      }
-    }
-  }
+  if (state == RankState::Running && !supervised_ && !peer_alive(peer))
+    return {PeerStatus::Gone, false,
+            "rank " + std::to_string(peer) + " (pid " + std::to_string(rc.pid.load()) +
+                ") is gone without finalizing (exit status unknown here)"};
   return {PeerStatus::Running, false, {}};
+}
+
+// Without a supervising launcher, a rank watches its peers' processes itself: a pidfd per
+// peer (no pid reuse, and it also reports a zombie nobody reaped), polled all at once at most
+// every kLivenessInterval. Peers whose pid is not published yet count as alive.
+bool ShmTransport::peer_alive(int peer) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_liveness_check_) {
+    next_liveness_check_ = now + kLivenessInterval;
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (int p = 0; p < world_; ++p) {
+      if (p == rank_ || dead_[p]) continue;
+      if (pidfds_[p] < 0) {
+        const int pid = segment_->rank_control(p).pid.load(std::memory_order_relaxed);
+        if (pid <= 0) continue;
+        pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+        if (pidfds_[p] < 0) {
+          if (errno == ESRCH) dead_[p] = true;
+          continue;
+        }
+      }
+      fds.push_back({pidfds_[p], POLLIN, 0});
+      who.push_back(p);
+    }
+    if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0)
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents & (POLLIN | POLLHUP)) dead_[who[i]] = true;
+  }
+  return !dead_[peer];
 }
 
 void ShmTransport::check_job() {

@@ -16,8 +16,10 @@ namespace shmdist::transport {
 
 class ShmTransport final : public Transport {
  public:
-  // Joins `segment` as `rank` (marks it running with this process's pid).
-  ShmTransport(std::shared_ptr<segment::Segment> segment, int rank);
+  // Joins `segment` as `rank` (marks it running with this process's pid). `supervised`: a
+  // launcher (shmrun, launch()) records how every rank ends, so peers' processes need not be
+  // watched; ranks of foreign launchers watch them themselves.
+  ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised);
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
@@ -59,19 +61,21 @@ class ShmTransport final : public Transport {
   bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
   void clear_hint_if_empty(int src);
   void notify_receiver(int dst);
+  bool peer_alive(int peer);
 
   std::shared_ptr<segment::Segment> segment_;
   int rank_;
+  bool supervised_;
   int world_;
-  bool shares_pid_with_peers_ = false;  // thread mode: liveness by pid means nothing
   segment::RankControl* own_;
   wait::Doorbell doorbell_;
   std::vector<ring::RingProducer> producers_;  // by destination
   std::vector<ring::RingConsumer> consumers_;  // by source
   std::vector<Inbound> inbound_;               // by source
   std::vector<int> dirty_sources_;
-  std::vector<std::chrono::steady_clock::time_point> next_liveness_check_;
-  std::vector<std::chrono::steady_clock::time_point> seen_dead_since_;  // by peer, lazily sized
+  std::vector<int> pidfds_;   // by peer, opened lazily (unsupervised jobs only)
+  std::vector<bool> dead_;    // by peer: its process is known to have ended
+  std::chrono::steady_clock::time_point next_liveness_check_{};
   std::size_t chunk_;                          // largest payload per record
   int cursor_ = 0;                             // where the next hinted scan starts
 };
