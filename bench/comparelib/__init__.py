@@ -1,0 +1,1 @@
+"""Helpers of bench/compare: runner (finding and running the instruments) and report."""

@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""shmdist-bench's loops over torch.distributed with the gloo backend (TCP over 127.0.0.1).
+
+    /usr/bin/python3 bench/gloo/gloo_bench.py [-n RANKS] [--min-size N] [--max-size N]
+        [--iterations N] [--warmup N] [--window N] latency|bw|bibw|anysource
+
+The script starts its own ranks (it is its own launcher) and prints the same OSU-style output
+as shmdist-bench (bench/common/osu_loops.hpp holds the reference loops). Exits 3 with a
+message, and prints nothing on stdout, when torch or its gloo backend is missing.
+"""
+import argparse
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+
+VERSION = "0.1.0"  # keep in step with project(VERSION) in the top CMakeLists.txt
+MAX_SIZE = 1 << 22
+LARGE = 8192
+DATA_TAG, REPLY_TAG, ACK_TAG, STOP_TAG = 100, 10, 101, 102
+
+
+def sizes(args, default_min):
+    lo = args.min_size if args.min_size is not None else default_min
+    hi = args.max_size if args.max_size is not None else MAX_SIZE
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s = s * 2 if s else 1
+    return out
+
+
+def latency_loop(size, args):
+    it, skip = (1000, 10) if size > LARGE else (10000, 100)
+    return (args.iterations or it, skip if args.warmup is None else args.warmup)
+
+
+def bandwidth_loop(size, args):
+    it, skip = (20, 2) if size > LARGE else (100, 10)
+    return (args.iterations or it, skip if args.warmup is None else args.warmup)
+
+
+def title(test, torch):
+    print("# gloo %s Test v%s (torch %s)" % (test, VERSION, torch.__version__))
+
+
+def header(*columns):
+    print(("%-*s" % (10, "# Size")) + "".join("%*s" % (20, c) for c in columns))
+
+
+def row(size, *values):
+    print(("%-*d" % (10, size)) + "".join("%*.*f" % (20, 2, v) for v in values), flush=True)
+
+
+def run_latency(dist, torch, args, me):
+    peer = 1 - me
+    if me == 0:
+        title("Latency", torch)
+        header("Latency (us)")
+    for size in sizes(args, 0):
+        iters, skip = latency_loop(size, args)
+        s = torch.full((size,), me + 1, dtype=torch.uint8)
+        r = torch.zeros(size, dtype=torch.uint8)
+        dist.barrier()
+        start = 0.0
+        for i in range(iters + skip):
+            if i == skip:
+                start = time.perf_counter()
+            if me == 0:
+                dist.send(s, peer, tag=DATA_TAG)
+                dist.recv(r, peer, tag=DATA_TAG)
+            else:
+                dist.recv(r, peer, tag=DATA_TAG)
+                dist.send(s, peer, tag=DATA_TAG)
+        elapsed = time.perf_counter() - start
+        if me == 0:
+            row(size, elapsed * 1e6 / (2.0 * iters))
+
+
+def run_bandwidth(dist, torch, args, me):
+    peer = 1 - me
+    ack = torch.zeros(4, dtype=torch.uint8)
+    if me == 0:
+        title("Bandwidth", torch)
+        header("Bandwidth (MB/s)")
+    for size in sizes(args, 1):
+        iters, skip = bandwidth_loop(size, args)
+        buf = torch.full((size,), me + 1, dtype=torch.uint8)
+        dist.barrier()
+        start = 0.0
+        for i in range(iters + skip):
+            if i == skip:
+                start = time.perf_counter()
+            if me == 0:
+                reqs = [dist.isend(buf, peer, tag=DATA_TAG) for _ in range(args.window)]
+                for q in reqs:
+                    q.wait()
+                dist.recv(ack, peer, tag=ACK_TAG)
+            else:
+                reqs = [dist.irecv(buf, peer, tag=DATA_TAG) for _ in range(args.window)]
+                for q in reqs:
+                    q.wait()
+                dist.send(ack, peer, tag=ACK_TAG)
+        elapsed = time.perf_counter() - start
+        if me == 0:
+            row(size, size / 1e6 * iters * args.window / elapsed)
+
+
+def run_bibandwidth(dist, torch, args, me):
+    peer = 1 - me
+    out_tag, in_tag = (DATA_TAG, REPLY_TAG) if me == 0 else (REPLY_TAG, DATA_TAG)
+    if me == 0:
+        title("Bi-Directional Bandwidth", torch)
+        header("Bandwidth (MB/s)")
+    for size in sizes(args, 1):
+        iters, skip = bandwidth_loop(size, args)
+        s = torch.full((size,), me + 1, dtype=torch.uint8)
+        r = torch.zeros(size, dtype=torch.uint8)
+        dist.barrier()
+        start = 0.0
+        for i in range(iters + skip):
+            if i == skip:
+                start = time.perf_counter()
+            recvs = [dist.irecv(r, peer, tag=in_tag) for _ in range(args.window)]
+            sends = [dist.isend(s, peer, tag=out_tag) for _ in range(args.window)]
+            for q in sends + recvs:
+                q.wait()
+        elapsed = time.perf_counter() - start
+        if me == 0:
+            row(size, size / 1e6 * iters * args.window * 2.0 / elapsed)
+
+
+def run_anysource(dist, torch, args, me, world):
+    """Latency only: rank 0 receives with src=None from rank 1 while the others wait."""
+    stop = torch.zeros(4, dtype=torch.uint8)
+    all_sizes = sizes(args, 0)
+    results = []
+    dist.barrier()
+    if me >= 2:
+        dist.recv(stop, 0, tag=STOP_TAG)
+    else:
+        for size in all_sizes:
+            iters, skip = latency_loop(size, args)
+            s = torch.full((size,), me + 1, dtype=torch.uint8)
+            r = torch.zeros(size, dtype=torch.uint8)
+            start = 0.0
+            for i in range(iters + skip):
+                if me == 0:
+                    if i == skip:
+                        start = time.perf_counter()
+                    dist.send(s, 1, tag=DATA_TAG)
+                    src = dist.recv(r, None, tag=DATA_TAG)
+                    if src != 1:
+                        raise RuntimeError("any-source reply came from rank %s" % src)
+                else:
+                    dist.recv(r, 0, tag=DATA_TAG)
+                    dist.send(s, 0, tag=DATA_TAG)
+            results.append((size, (time.perf_counter() - start) * 1e6 / (2.0 * iters)))
+        if me == 0:
+            for idle in range(2, world):
+                dist.send(stop, idle, tag=STOP_TAG)
+    if me == 0:
+        title("Any-Source", torch)
+        print("# [ ranks: %d ] [ senders: %d ] [ latency: rank 1 active, %d idle ]"
+              % (world, world - 1, world - 2))
+        header("Latency (us)")
+        for size, lat in results:
+            row(size, lat)
+
+
+def rank_main(args):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port,
+                            rank=args.rank, world_size=args.nproc,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    me = dist.get_rank()
+    if args.test in ("latency", "bw", "bibw") and args.nproc != 2:
+        raise SystemExit("gloo_bench: %s needs exactly 2 ranks" % args.test)
+    if args.test == "latency":
+        run_latency(dist, torch, args, me)
+    elif args.test == "bw":
+        run_bandwidth(dist, torch, args, me)
+    elif args.test == "bibw":
+        run_bibandwidth(dist, torch, args, me)
+    else:
+        run_anysource(dist, torch, args, me, args.nproc)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args):
+    try:
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise ImportError("torch.distributed without gloo")
+    except ImportError as e:
+        print("gloo_bench: torch with gloo is not importable (%s)" % e, file=sys.stderr)
+        return 3
+    port = free_port()
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    argv = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
+    procs = [subprocess.Popen(argv + ["--rank", str(r), "--port", str(port)], env=env)
+             for r in range(args.nproc)]
+    deadline = time.monotonic() + args.timeout
+    status = 0
+    try:
+        while procs:
+            for p in list(procs):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                procs.remove(p)
+                if rc != 0 and status == 0:
+                    status = rc if rc > 0 else 128 - rc
+                    raise RuntimeError("a rank exited with %d" % rc)
+            if time.monotonic() > deadline:
+                status = 124
+                raise RuntimeError("timed out after %d s" % args.timeout)
+            time.sleep(0.02)
+    except (RuntimeError, KeyboardInterrupt) as e:
+        print("gloo_bench: %s; stopping the other ranks" % e, file=sys.stderr)
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+        return status or 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("test", choices=["latency", "bw", "bibw", "anysource"])
+    ap.add_argument("-n", "--nproc", type=int, default=2)
+    ap.add_argument("--min-size", type=int)
+    ap.add_argument("--max-size", type=int)
+    ap.add_argument("-i", "--iterations", type=int)
+    ap.add_argument("-x", "--warmup", type=int)
+    ap.add_argument("-W", "--window", type=int, default=64)
+    ap.add_argument("--timeout", type=int, default=600, help="whole-run limit, seconds")
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rank is None:
+        sys.exit(launch(args))
+    rank_main(args)
+
+
+if __name__ == "__main__":
+    main()
