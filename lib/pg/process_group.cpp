@@ -3,6 +3,7 @@
 #include <iostream>
 #include <set>
 
+#include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "transport/shm_transport.hpp"
 
@@ -47,6 +48,12 @@ inline void check_tensor(const Tensor& t, const char* call) {
     bad_tensor(call);
 }
 
+// SHMDIST_LOCAL_CPUS: the CPUs the launcher gave the whole job (before binding ranks).
+long local_cpus_override() {
+  const auto v = env::get_int("SHMDIST_LOCAL_CPUS", 1, 1 << 16);
+  return v ? static_cast<long>(*v) : -1;
+}
+
 }  // namespace
 
 ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
@@ -54,7 +61,8 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
     : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
   auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
   engine = std::make_shared<engine::Engine>(
-      std::move(transport), wait::SpinPolicy::for_job(world, spin_us_override), timeout);
+      std::move(transport),
+      wait::SpinPolicy::for_job(world, spin_us_override, local_cpus_override()), timeout);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);

@@ -1,15 +1,27 @@
 #include "wait/spin.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 namespace shmdist::wait {
 
-SpinPolicy SpinPolicy::for_job(int local_ranks, long spin_us_override) {
+int SpinPolicy::job_cpus(long cpus_override) {
+  if (cpus_override > 0) return static_cast<int>(cpus_override);
   cpu_set_t set;
   CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  // A rank pinned to one CPU (shmrun --bind-to core, mpirun's default binding) says nothing
+  // about how many CPUs the job has: count the online ones instead.
+  if (allowed <= 1) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? static_cast<int>(online) : 1;
+  }
+  return allowed;
+}
+
+SpinPolicy SpinPolicy::for_job(int local_ranks, long spin_us_override, long cpus_override) {
   SpinPolicy p;
-  const bool oversubscribed = local_ranks > cpus;
+  const bool oversubscribed = local_ranks > job_cpus(cpus_override);
   p.spin = oversubscribed ? std::chrono::microseconds(2) : std::chrono::microseconds(50);
   p.yield = oversubscribed;
   if (spin_us_override >= 0) p.spin = std::chrono::microseconds(spin_us_override);

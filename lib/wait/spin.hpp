@@ -24,8 +24,11 @@ struct SpinPolicy {
   // A futex sleep/wake costs 20-30 us one way on this class of VM and a cross-core hand-off
   // tens of ns, so with a CPU per rank we spin long enough to cover a typical turnaround.
   // With more ranks than CPUs a spinning rank steals the CPU its peer needs: spin briefly,
-  // yield, and sleep soon. `spin_us_override` >= 0 (from SHMDIST_SPIN_US) replaces the time.
-  static SpinPolicy for_job(int local_ranks, long spin_us_override = -1);
+  // yield, and sleep soon. `spin_us_override` >= 0 (SHMDIST_SPIN_US) replaces the time;
+  // `cpus_override` > 0 (SHMDIST_LOCAL_CPUS, set by launchers) is the job's CPU count.
+  static SpinPolicy for_job(int local_ranks, long spin_us_override = -1, long cpus_override = -1);
+  // CPUs the job's ranks share on this host.
+  static int job_cpus(long cpus_override = -1);
 };
 
 }  // namespace shmdist::wait
