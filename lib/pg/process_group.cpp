@@ -60,9 +60,10 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
                          std::chrono::milliseconds t, long spin_us_override, bool supervised)
     : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
   auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
-  engine = std::make_shared<engine::Engine>(
-      std::move(transport),
-      wait::SpinPolicy::for_job(world, spin_us_override, local_cpus_override()), timeout);
+  wait::SpinPolicy spin = wait::SpinPolicy::for_job(world, spin_us_override, local_cpus_override());
+  if (const auto ms = env::get_int("SHMDIST_HEALTH_CHECK_MS", 1, 24 * 3'600'000))
+    spin.health_check = std::chrono::milliseconds(*ms);
+  engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);

@@ -20,6 +20,9 @@ inline void cpu_relax() {
 struct SpinPolicy {
   std::chrono::nanoseconds spin{0};  // spin this long before arming the doorbell
   bool yield = false;                // call sched_yield while spinning (oversubscribed)
+  // How often a blocked call looks at peers' health, the job state and its deadline, while
+  // spinning or asleep (SHMDIST_HEALTH_CHECK_MS overrides it, for tests).
+  std::chrono::milliseconds health_check{100};
 
   // A futex sleep/wake costs 20-30 us one way on this class of VM and a cross-core hand-off
   // tens of ns, so with a CPU per rank we spin long enough to cover a typical turnaround.
