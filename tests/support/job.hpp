@@ -50,7 +50,7 @@ std::vector<RankOutcome> run_job(int n, const std::function<void(ProcessGroup&)>
 void expect_job_ok(int n, const std::function<void(ProcessGroup&)>& fn,
                    const JobOptions& options = {});
 
-// The modes a behaviour test runs in: processes always; threads too (ThreadSanitizer runs them).
+// The modes a behaviour test runs in: processes and threads (SHMDIST_TEST_MODES may pick one).
 const std::vector<Mode>& all_modes();
 const char* mode_name(Mode mode);
 
