@@ -2,6 +2,8 @@
 //
 //   shmrun -n N [--tag-output] [--bind-to none|core] [--ring-size BYTES] [--timeout DURATION]
 //          [--grace DURATION] [--] PROGRAM [ARGS...]
+//
+// Everything from PROGRAM on is the program's: shmrun's options come before it.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <set>
 
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
@@ -128,10 +131,32 @@ int run(const Options& opt) {
   return status;
 }
 
-// Whether argv ends with "--" followed by exactly the command's words.
-bool follows_double_dash(int argc, char** argv, const std::vector<std::string>& command) {
-  const auto words = static_cast<int>(command.size());
-  return argc - words - 1 >= 1 && std::string(argv[argc - words - 1]) == "--";
+// Where shmrun's own options end and PROGRAM begins. Everything from PROGRAM on belongs to
+// the program, untouched: options parsers that collect positionals would otherwise take the
+// program's own options ("-c", "--size 8") as shmrun's, or reorder them.
+struct CommandLine {
+  int launcher_argc = 1;  // argv[0 .. launcher_argc) are shmrun's
+  int program_index = 0;  // argv[program_index ..] are PROGRAM and its arguments; 0 if none
+};
+
+CommandLine split_command_line(int argc, char** argv) {
+  static const std::set<std::string> with_value = {"-n",        "--nproc",   "--bind-to",
+                                                   "--ring-size", "--timeout", "--grace"};
+  CommandLine cl;
+  int i = 1;
+  while (i < argc) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      cl.launcher_argc = i;
+      cl.program_index = i + 1 < argc ? i + 1 : 0;
+      return cl;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;           // PROGRAM
+    i += with_value.count(arg) && i + 1 < argc ? 2 : 1;  // "--opt=value", "-n4": one word
+  }
+  cl.launcher_argc = i;
+  cl.program_index = i < argc ? i : 0;
+  return cl;
 }
 
 }  // namespace
@@ -156,19 +181,18 @@ int main(int argc, char** argv) {
   app.add_option("--grace", opt.grace,
                  "after SIGTERM, how long ranks get before SIGKILL")
       ->capture_default_str();
-  app.add_option("command", opt.command, "PROGRAM [ARGS...] (put -- before it if it has options)")
-      ->required();
-  app.prefix_command();
+  app.footer(
+      "PROGRAM [ARGS...] follows the options (after -- if PROGRAM starts with '-'); everything "
+      "from PROGRAM on is passed to it unchanged. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, "
+      "LOCAL_WORLD_SIZE and SHMDIST_* in its environment. Exit status: 0 if every rank exits "
+      "0, else the first failing rank's (128+signal if killed), 124 after --timeout.\n");
+  const CommandLine cl = split_command_line(argc, argv);
   try {
-    app.parse(argc, argv);
-    for (const auto& extra : app.remaining()) opt.command.push_back(extra);
-    // Everything from the first word CLI11 does not know is the command, so a mistyped
-    // option would be run as a program: refuse it unless it follows "--".
-    if (!opt.command.empty() && opt.command[0].size() > 1 && opt.command[0][0] == '-' &&
-        !follows_double_dash(argc, argv, opt.command))
-      throw CLI::ParseError("unknown option '" + opt.command[0] +
-                                "' (put -- before PROGRAM if it really starts with '-')",
-                            CLI::ExitCodes::ExtrasError);
+    app.parse(cl.launcher_argc, argv);
+    if (cl.program_index == 0)
+      throw CLI::ParseError("PROGRAM is missing: shmrun -n N [options] [--] PROGRAM [ARGS...]",
+                            CLI::ExitCodes::RequiredError);
+    opt.command.assign(argv + cl.program_index, argv + argc);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

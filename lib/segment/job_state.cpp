@@ -90,8 +90,8 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
     first = h.failed_rank.compare_exchange_strong(expected, rank, std::memory_order_acq_rel);
     // The first record wins, but one that only said "gone" is completed when the launcher
     // learns how that same rank ended (readers load kind with acquire, then code).
-    const bool refine = !first && expected == rank && says_how(kind) &&
-                        !says_how(static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire)));
+    const auto recorded = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
+    const bool refine = !first && expected == rank && says_how(kind) && !says_how(recorded);
     if (first || refine) {
       h.failed_code.store(code, std::memory_order_relaxed);
       h.failed_kind.store(static_cast<std::uint32_t>(kind), std::memory_order_release);

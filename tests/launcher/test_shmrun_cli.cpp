@@ -1,0 +1,139 @@
+// shmrun's command line: --help, --version, and clear errors (never a started job) for
+// options it cannot accept and programs it cannot run.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <fstream>
+
+#include <shmdist/version.hpp>
+
+#include "launcher/shmrun_helpers.hpp"
+#include "support/shm_check.hpp"
+
+using namespace shmdist::test;
+
+BOOST_FIXTURE_TEST_SUITE(shmrun_cli, ShmLeakCheck)
+
+BOOST_AUTO_TEST_CASE(help_lists_every_option) {
+  const CommandResult r = run_command(shmrun({"--help"}), clean_options());
+  BOOST_TEST(r.exit_code == 0);
+  for (const char* option : {"-n,--nproc", "--tag-output", "--bind-to", "--ring-size",
+                             "--timeout", "--grace", "--version", "--help"})
+    BOOST_TEST(contains(r.out, option), "--help does not mention " << option);
+}
+
+BOOST_AUTO_TEST_CASE(version_names_the_project_version) {
+  const CommandResult r = run_command(shmrun({"--version"}), clean_options());
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(r.out == std::string("shmrun (shmdist) ") + shmdist::kVersionString + "\n");
+}
+
+// Each bad command line: a non-zero exit that cannot be mistaken for a signal, one message
+// that starts with "shmrun:" and names the problem, and no rank started.
+BOOST_AUTO_TEST_CASE(bad_options_give_clear_errors) {
+  const std::string probe = program("probe_env");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"-n", "0", probe}, "--nproc: Value 0 not in range 1 to 1024"},
+      {{"-n", "-3", probe}, "--nproc"},
+      {{"-n", "abc", probe}, "--nproc"},
+      {{"-n", "2000", probe}, "not in range 1 to 1024"},
+      {{probe}, "--nproc is required"},
+      {{"-n", "2"}, "PROGRAM is missing"},
+      {{"-n", "2", "--"}, "PROGRAM is missing"},
+      {{"-n"}, "-n"},
+      {{"-n", "2", "--ring-size", "3000", probe},
+       "--ring-size = 3000 bytes: expected a power of two from 4096"},
+      {{"-n", "2", "--ring-size", "0", probe}, "--ring-size = 0 bytes"},
+      {{"-n", "2", "--ring-size", "2G", probe}, "--ring-size = 2147483648 bytes"},
+      {{"-n", "2", "--ring-size", "64Q", probe}, "--ring-size = '64Q' is not a byte size"},
+      {{"-n", "2", "--bind-to", "foo", probe}, "--bind-to: foo not in {none,core}"},
+      {{"-n", "2", "--timeout", "abc", probe}, "--timeout = 'abc' is not a duration"},
+      {{"-n", "2", "--timeout", "0", probe}, "--timeout = '0' is not a duration"},
+      {{"-n", "2", "--timeout", "-5s", probe}, "--timeout = '-5s' is not a duration"},
+      {{"-n", "2", "--timeout", "5 parsecs", probe}, "--timeout = '5 parsecs' is not a duration"},
+      {{"-n", "2", "--grace", "soon", probe}, "--grace = 'soon' is not a duration"},
+      {{"-n", "2", "--frobnicate", probe}, "--frobnicate"},
+  };
+  for (const Case& c : cases) {
+    std::string line;
+    for (const auto& a : c.args) line += " " + a;
+    BOOST_TEST_CONTEXT("shmrun" << line) {
+      const CommandResult r = run_command(shmrun(c.args), clean_options());
+      BOOST_TEST(r.exit_code != 0);
+      BOOST_TEST(r.exit_code < 128);
+      BOOST_TEST(r.err.rfind("shmrun: ", 0) == 0, "stderr: " << r.err);
+      BOOST_TEST(contains(r.err, c.expected), "stderr: " << r.err);
+      BOOST_TEST(r.out.empty(), "a rank ran: " << r.out);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_ring_size_in_the_environment_is_named) {
+  CommandOptions o = clean_options();
+  o.env = {{"SHMDIST_RING_SIZE", "5"}};
+  const CommandResult r = run_command(shmrun({"-n", "2", program("probe_env")}), o);
+  BOOST_TEST(r.exit_code == 1);
+  BOOST_TEST(contains(r.err, "shmrun: SHMDIST_RING_SIZE = 5 bytes: expected a power of two"),
+             r.err);
+  BOOST_TEST(r.out.empty());
+}
+
+// The launcher says once why the program cannot run (not once per rank) and exits as a
+// shell would: 127 for a missing program, 126 for one that exists but cannot be executed.
+BOOST_AUTO_TEST_CASE(program_that_cannot_run) {
+  char dir_template[] = "/tmp/shmrun-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string not_executable = dir + "/data.txt";
+  std::ofstream(not_executable) << "just text\n";
+  chmod(not_executable.c_str(), 0644);
+  struct Case {
+    std::string program;
+    int code;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {dir + "/missing", 127, "cannot run '" + dir + "/missing': No such file or directory"},
+      {"shmdist-no-such-program", 127, "not found in PATH"},
+      {not_executable, 126, "Permission denied"},
+      {dir, 126, "Permission denied"},
+  };
+  for (const Case& c : cases) {
+    BOOST_TEST_CONTEXT("program " << c.program) {
+      const CommandResult r = run_command(shmrun({"-n", "3", c.program}), clean_options());
+      BOOST_TEST(r.exit_code == c.code);
+      BOOST_TEST(count_of(r.err, "cannot run") == 1, "stderr: " << r.err);
+      BOOST_TEST(contains(r.err, c.expected), "stderr: " << r.err);
+    }
+  }
+  std::remove(not_executable.c_str());
+  rmdir(dir.c_str());
+}
+
+// Everything from PROGRAM on is the program's, in order: its options are not shmrun's, even
+// when they look like them (-n), and "--" after PROGRAM is passed on too.
+BOOST_AUTO_TEST_CASE(program_arguments_pass_through_unchanged) {
+  const std::vector<std::string> args = {"a", "-c", "--x", "-n", "5", "--", "--timeout", "b c"};
+  std::string expected;
+  for (const auto& a : args) expected += a + "|";
+  for (const bool dashdash : {false, true}) {
+    std::vector<std::string> argv = {"-n", "2", "--tag-output"};
+    if (dashdash) argv.push_back("--");
+    argv.push_back("printf");
+    argv.push_back("%s|");
+    argv.insert(argv.end(), args.begin(), args.end());
+    const CommandResult r = run_command(shmrun(argv), clean_options());
+    BOOST_TEST_CONTEXT("with -- before PROGRAM: " << dashdash) {
+      BOOST_TEST(r.exit_code == 0, r.err);
+      BOOST_TEST(contains(r.out, "[0] " + expected + "\n"), r.out);
+      BOOST_TEST(contains(r.out, "[1] " + expected + "\n"), r.out);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

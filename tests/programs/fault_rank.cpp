@@ -1,0 +1,145 @@
+// A rank that fails, hangs or times out on purpose. Runs under shmrun or with torchrun-style
+// variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+//
+//   fault_rank die VICTIM HOW      HOW = exit:CODE or signal:NUMBER. After a barrier, every
+//                                  other rank blocks in recv (the lowest from VICTIM, the rest
+//                                  from any source); VICTIM waits a moment, says DYING and
+//                                  ends as told. The others must get PeerFailure: they print
+//                                  it, destroy the group and exit 42.
+//   fault_rank hang                rank r receives from rank r+1 (mod n): a wait-for cycle.
+//                                  PeerFailure (the launcher's abort) -> exit 42.
+//   fault_rank timeout MS          rank 0 receives from rank 1, which sends nothing, with a
+//                                  process-group timeout of MS: Timeout is expected (TIMEOUT
+//                                  line); then it tells rank 1 to finish and exits 0.
+//   fault_rank join                joins, barrier, destroys: for environment tests.
+//
+// Every rank first prints "READY rank=R pid=P world=W" once it has joined.
+#include <sys/resource.h>
+
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "report.hpp"
+
+namespace dist = shmdist;
+using namespace shmdist::programs;
+
+namespace {
+
+void say_ready() {
+  emit("READY rank=" + std::to_string(dist::get_rank()) + " pid=" + std::to_string(getpid()) +
+       " world=" + std::to_string(dist::get_world_size()));
+}
+
+int caught(const dist::PeerFailure& e, bool destroy) {
+  const std::string rank = std::to_string(dist::get_rank());
+  emit("PEER_FAILURE rank=" + rank + " t=" + std::to_string(steady_ns()) +
+       " what=" + one_line(e.what()));
+  if (destroy) {
+    dist::destroy_process_group();  // must return promptly after a failure
+    emit("DESTROYED rank=" + rank + " t=" + std::to_string(steady_ns()));
+  }
+  return kExitCaughtPeerFailure;
+}
+
+int die(int victim, const std::string& how) {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  const int rank = dist::get_rank();
+  const int world = dist::get_world_size();
+  if (rank == victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the others block
+    emit("DYING rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
+         " t=" + std::to_string(steady_ns()));
+    if (how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(how.substr(5)));
+    if (how.rfind("signal:", 0) == 0) {
+      const rlimit no_core{0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);
+      std::signal(std::stoi(how.substr(7)), SIG_DFL);
+      std::raise(std::stoi(how.substr(7)));
+    }
+    emit("ERROR type=usage what=unknown HOW '" + how + "'");
+    return kExitOtherError;
+  }
+  const int first_survivor = victim == 0 ? 1 : 0;
+  const int src = rank == first_survivor || world == 2 ? victim : dist::ANY_SOURCE;
+  dist::Tensor t = dist::zeros(16, dist::kFloat);
+  try {
+    dist::recv(t, src);
+  } catch (const dist::PeerFailure& e) {
+    return caught(e, true);
+  }
+  emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
+  return kExitUnexpected;
+}
+
+int hang() {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  const int rank = dist::get_rank();
+  const int world = dist::get_world_size();
+  dist::Tensor t = dist::zeros(256, dist::kFloat);
+  try {
+    dist::recv(t, (rank + 1) % world, {}, /*tag=*/5);
+  } catch (const dist::PeerFailure& e) {
+    return caught(e, false);
+  }
+  emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
+  return kExitUnexpected;
+}
+
+int timeout(int ms) {
+  const int rank = env_int("RANK", -1);
+  dist::InitOptions options;
+  options.timeout = rank == 0 ? std::chrono::milliseconds(ms) : std::chrono::milliseconds(60'000);
+  dist::init_process_group("shm", options);
+  say_ready();
+  dist::Tensor done = dist::zeros(1, dist::kInt);
+  if (dist::get_rank() == 0) {
+    dist::Tensor t = dist::zeros(8, dist::kFloat);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      dist::recv(t, 1, {}, /*tag=*/7);
+      emit("UNEXPECTED rank=0 what=recv returned");
+      return kExitUnexpected;
+    } catch (const dist::Timeout& e) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      emit("TIMEOUT rank=0 elapsed_ms=" +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+           " what=" + one_line(e.what()));
+    }
+    // The group stays usable after a timeout.
+    dist::send(done, 1, {}, /*tag=*/9);
+  } else if (dist::get_rank() == 1) {
+    dist::recv(done, 0, {}, /*tag=*/9);
+  }
+  dist::destroy_process_group();
+  emit("DONE rank=" + std::to_string(rank));
+  return 0;
+}
+
+int join() {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  dist::destroy_process_group();
+  emit("DONE rank=" + std::to_string(env_int("RANK", -1)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main([&] {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "die" && argc == 4) return die(std::atoi(argv[2]), argv[3]);
+    if (mode == "hang") return hang();
+    if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
+    if (mode == "join") return join();
+    emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join");
+    return 2;
+  });
+}
