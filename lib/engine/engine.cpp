@@ -8,6 +8,10 @@
 
 namespace shmdist::engine {
 
+// Polls of the direct receive path before the general one takes over (a few microseconds
+// of PAUSEs: a typical ping-pong turnaround, far below the spin phase of block_until).
+constexpr unsigned kDirectSpins = 200;
+
 Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
                std::chrono::milliseconds timeout)
     : transport_(std::move(transport)), spin_(spin), timeout_(timeout) {
@@ -129,7 +133,8 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
   Operation op;
   setup_send(op, tensor, dst, key);
   start_send(op);
-  if (!op.pending()) return;
+  if (!op.pending()) [[likely]]
+    return;
   const WaitFocus focus{kBlockedSend, dst, nullptr, key, op.out.env.nbytes};
   bool done = false;
   try {
@@ -144,8 +149,37 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
   }
 }
 
+// The direct path of a blocking receive from one source: when no other receive is posted and
+// no message waits as unexpected, the next message from `src` that matches is the one this
+// receive must get, so it may be taken straight from the ring into the tensor. Spins briefly
+// for it (a ping-pong turnaround); anything else falls back to the general path, which also
+// drives every other pending operation.
+bool Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
+  if (src < 0 || !posted_.empty() || !unexpected_.empty()) return false;
+  transport::Expectation want;
+  want.group_id = key.group_id;
+  want.group_sig = key.group_sig;
+  want.tag = key.tag;
+  want.channel = key.channel;
+  want.dtype = tensor.dtype();
+  want.numel = static_cast<std::uint64_t>(tensor.numel());
+  want.nbytes = tensor.nbytes();
+  want.dest = static_cast<std::byte*>(tensor.data_ptr());
+  const unsigned tries = spin_.yield ? 1 : kDirectSpins;
+  for (unsigned i = 0; i < tries; ++i) {
+    switch (transport_->receive_direct(src, want)) {
+      case transport::DirectResult::Received: return true;
+      case transport::DirectResult::Other: return false;
+      case transport::DirectResult::Empty: wait::cpu_relax(); break;
+    }
+  }
+  return false;
+}
+
 int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector<int>& candidates,
                  bool any_size, std::uint32_t blocked_as) {
+  if (!any_size && try_receive_direct(tensor, src, key)) [[likely]]
+    return src;
   Operation op;
   op.kind = Operation::Kind::Recv;
   op.peer = src;

@@ -234,6 +234,11 @@ Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
                      std::strerror(errno));
 #endif
   seg.map_and_init(world_size, ring_size);
+  // Thread mode shares this one mapping: touch every page now, before any rank starts (see
+  // prefault() in transport/shm_transport.cpp for why first touches are moved out of the
+  // traffic).
+  auto* p = static_cast<volatile unsigned char*>(seg.base_);
+  for (std::size_t off = 0; off < seg.size_; off += kPage) p[off] = p[off];
   return seg;
 }
 

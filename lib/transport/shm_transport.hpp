@@ -26,6 +26,7 @@ class ShmTransport final : public Transport {
   int world_size() const override { return world_; }
 
   bool poll(InboundHandler& handler, int preferred, bool full_scan) override;
+  DirectResult receive_direct(int src, const Expectation& want) override;
   bool send_some(int dst, OutboundMessage& msg) override;
   void flush() override;
   bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }

@@ -44,6 +44,24 @@ struct OutboundMessage {
   bool done() const { return started && sent == env.nbytes; }
 };
 
+// A receive that knows exactly what it wants from one source (the direct path).
+struct Expectation {
+  std::uint32_t group_id = 0;
+  std::uint32_t group_sig = 0;
+  int tag = 0;
+  std::uint8_t channel = 0;
+  DType dtype = DType::UInt8;
+  std::uint64_t numel = 0;
+  std::uint64_t nbytes = 0;
+  std::byte* dest = nullptr;
+};
+
+enum class DirectResult {
+  Received,  // the next message from the source was exactly the expected one: it is in dest
+  Empty,     // nothing from the source yet
+  Other,     // something else is next (another key, a large message): use poll()
+};
+
 // How a peer stands, as far as the transport knows.
 enum class PeerStatus { Running, Finalized, Gone };
 
@@ -72,6 +90,10 @@ class Transport {
   // Moves incoming bytes. `preferred` (a rank or -1) is looked at first; `full_scan` looks at
   // every source, not only those with a ready hint. Returns true if anything moved.
   virtual bool poll(InboundHandler& handler, int preferred, bool full_scan) = 0;
+  // Takes the next message from `src` straight into want.dest if it is whole (one record) and
+  // matches `want` in every field; the engine uses it only when no other receive is posted
+  // and nothing is queued as unexpected, so this cannot take a message out of turn.
+  virtual DirectResult receive_direct(int src, const Expectation& want) = 0;
   // Streams as much of `msg` to `dst` as the ring takes now. Returns true if anything moved.
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
   // Makes consumed space visible to producers and wakes those waiting for it.
