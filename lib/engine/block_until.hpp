@@ -32,13 +32,14 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
   } clear_on_exit{transport_.get(), &published};
 
   for (auto now = started;; now = Clock::now()) {
-    // Phase 1: spin.
-    auto spin_until = now + spin_.spin;
+    // Phase 1: spin (briefly, yielding, if more ranks are awake than there are CPUs).
+    const wait::SpinPolicy::Choice how = spin_.choose(transport_->awake_ranks());
+    auto spin_until = now + how.spin;
     auto next_check = now + spin_.health_check;
     for (unsigned iter = 1;; ++iter) {
       if (done()) return true;
       if (progress(focus.peer, false)) {
-        spin_until = Clock::now() + spin_.spin;
+        spin_until = Clock::now() + how.spin;
         continue;
       }
       wait::cpu_relax();
@@ -50,7 +51,7 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
         next_check = now + spin_.health_check;
       }
       if (now >= spin_until) break;
-      if (spin_.yield) sched_yield();
+      if (how.yield) sched_yield();
     }
     // Phase 2: sleep on the doorbell (wait/doorbell.hpp explains why no wake-up is lost).
     if (!published) {

@@ -149,13 +149,13 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
   }
 }
 
-// The direct path of a blocking receive from one source: when no other receive is posted and
-// no message waits as unexpected, the next message from `src` that matches is the one this
-// receive must get, so it may be taken straight from the ring into the tensor. Spins briefly
-// for it (a ping-pong turnaround); anything else falls back to the general path, which also
-// drives every other pending operation.
-bool Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
-  if (src < 0 || !posted_.empty() || !unexpected_.empty()) return false;
+// The direct path of a blocking receive: when no other receive is posted and no message
+// waits as unexpected, the next matching message from `src` (or, for ANY_SOURCE, from the
+// next source in rotation) is the one this receive must get, so it may be taken straight
+// from the ring into the tensor. Spins briefly for it (a ping-pong turnaround); anything
+// else falls back to the general path, which also drives every other pending operation.
+int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
+  if (!posted_.empty() || !unexpected_.empty()) return -1;
   transport::Expectation want;
   want.group_id = key.group_id;
   want.group_sig = key.group_sig;
@@ -165,21 +165,27 @@ bool Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   want.numel = static_cast<std::uint64_t>(tensor.numel());
   want.nbytes = tensor.nbytes();
   want.dest = static_cast<std::byte*>(tensor.data_ptr());
-  const unsigned tries = spin_.yield ? 1 : kDirectSpins;
+  const bool crowded = world_size() > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
+  const unsigned tries = crowded ? 1 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
-    switch (transport_->receive_direct(src, want)) {
-      case transport::DirectResult::Received: return true;
-      case transport::DirectResult::Other: return false;
-      case transport::DirectResult::Empty: wait::cpu_relax(); break;
-    }
+    transport::DirectResult result;
+    int from = src;
+    if (src >= 0) result = transport_->receive_direct(src, want);
+    else from = transport_->receive_direct_any(want, result);
+    if (result == transport::DirectResult::Received) return from;
+    if (result == transport::DirectResult::Other) return -1;
+    wait::cpu_relax();
   }
-  return false;
+  return -1;
 }
 
 int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector<int>& candidates,
                  bool any_size, std::uint32_t blocked_as) {
-  if (!any_size && try_receive_direct(tensor, src, key)) [[likely]]
-    return src;
+  if (!any_size) {
+    const int from = try_receive_direct(tensor, src, key);
+    if (from >= 0) [[likely]]
+      return from;
+  }
   Operation op;
   op.kind = Operation::Kind::Recv;
   op.peer = src;

@@ -60,7 +60,7 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
                          std::chrono::milliseconds t, long spin_us_override, bool supervised)
     : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
   auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
-  wait::SpinPolicy spin = wait::SpinPolicy::for_job(world, spin_us_override, local_cpus_override());
+  wait::SpinPolicy spin = wait::SpinPolicy::for_job(spin_us_override, local_cpus_override());
   if (const auto ms = env::get_int("SHMDIST_HEALTH_CHECK_MS", 1, 24 * 3'600'000))
     spin.health_check = std::chrono::milliseconds(*ms);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);

@@ -16,7 +16,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -68,7 +68,8 @@ struct SegmentHeader {
   std::atomic<std::int32_t> failed_code;
   std::atomic<std::uint32_t> attached;                  // ranks that attached so far
   std::atomic<std::uint32_t> abort_seq;                 // bumped on every abort request
-  char reserved2[kLine - 24];
+  std::atomic<std::uint32_t> sleeping;                  // ranks armed to sleep right now
+  char reserved2[kLine - 28];
 };
 static_assert(sizeof(SegmentHeader) == 2 * kLine);
 static_assert(alignof(SegmentHeader) == kLine);

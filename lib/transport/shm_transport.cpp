@@ -49,7 +49,7 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
       supervised_(supervised),
       world_(segment_->world_size()),
       own_(&segment_->rank_control(rank)),
-      doorbell_(*own_),
+      doorbell_(*own_, segment_->header().sleeping),
       producers_(world_),
       consumers_(world_),
       inbound_(world_),
@@ -227,6 +227,36 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   }
   flush();
   return DirectResult::Received;
+}
+
+int ShmTransport::receive_direct_any(const Expectation& want, DirectResult& result) {
+  // Hinted sources in rotated order, [cursor_, world_) then [0, cursor_), as in poll().
+  const int ranges[2][2] = {{cursor_, world_}, {0, cursor_}};
+  for (const auto& [lo, hi] : ranges) {
+    for (int w = lo / 64; w * 64 < hi; ++w) {
+      std::uint64_t bits = own_->ready[w].load(std::memory_order_relaxed);
+      const int base = w * 64;
+      if (lo > base) bits &= ~std::uint64_t{0} << (lo - base);
+      if (hi - base < 64) bits &= (std::uint64_t{1} << (hi - base)) - 1;
+      while (bits) {
+        const int src = base + std::countr_zero(bits);
+        bits &= bits - 1;
+        if (src == rank_) continue;
+        result = receive_direct(src, want);
+        if (result == DirectResult::Empty) {
+          // Idle peers' hints go away as in poll(), so that they cost nothing here.
+          if (++inbound_[src].empty_polls >= kEmptyPollsBeforeClear) clear_hint_if_empty(src);
+          continue;
+        }
+        inbound_[src].empty_polls = 0;
+        if (result == DirectResult::Other) return -1;
+        cursor_ = src + 1 == world_ ? 0 : src + 1;
+        return src;
+      }
+    }
+  }
+  result = DirectResult::Empty;
+  return -1;
 }
 
 void ShmTransport::flush() {

@@ -2,6 +2,7 @@
 // a doorbell per rank, and ready hints so that idle peers cost an any-source scan nothing.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -27,11 +28,16 @@ class ShmTransport final : public Transport {
 
   bool poll(InboundHandler& handler, int preferred, bool full_scan) override;
   DirectResult receive_direct(int src, const Expectation& want) override;
+  int receive_direct_any(const Expectation& want, DirectResult& result) override;
   bool send_some(int dst, OutboundMessage& msg) override;
   void flush() override;
   bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }
   bool inbound_pending(int src) const override { return consumers_[src].peek() != nullptr; }
 
+  int awake_ranks() const override {
+    const auto asleep = segment_->header().sleeping.load(std::memory_order_relaxed);
+    return world_ - static_cast<int>(std::min<std::uint32_t>(asleep, world_));
+  }
   std::uint32_t arm() override { return doorbell_.arm(); }
   void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override {
     doorbell_.sleep(token, timeout);

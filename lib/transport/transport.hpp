@@ -94,6 +94,10 @@ class Transport {
   // matches `want` in every field; the engine uses it only when no other receive is posted
   // and nothing is queued as unexpected, so this cannot take a message out of turn.
   virtual DirectResult receive_direct(int src, const Expectation& want) = 0;
+  // The same for an any-source receive: looks at the sources that may hold records, starting
+  // where the last scan stopped (fairness). Returns the source it received from, or -1 with
+  // `result` saying Empty (nothing anywhere) or Other (use poll()).
+  virtual int receive_direct_any(const Expectation& want, DirectResult& result) = 0;
   // Streams as much of `msg` to `dst` as the ring takes now. Returns true if anything moved.
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
   // Makes consumed space visible to producers and wakes those waiting for it.
@@ -103,6 +107,8 @@ class Transport {
   // Whether the ring from `src` holds a record not yet consumed.
   virtual bool inbound_pending(int src) const = 0;
 
+  // Ranks of the job that are not asleep right now (they compete for the CPUs).
+  virtual int awake_ranks() const = 0;
   // Sleeping: arm, re-check (poll with full_scan), then sleep or disarm.
   virtual std::uint32_t arm() = 0;
   virtual void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) = 0;

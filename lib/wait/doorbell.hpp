@@ -47,23 +47,32 @@ inline void ring(segment::RankControl& owner) {
 class Doorbell {
  public:
   Doorbell() = default;
-  explicit Doorbell(segment::RankControl& own) : own_(&own) {}
+  // `sleeping` counts the job's armed ranks (SegmentHeader::sleeping): spin policies read it
+  // to tell how many ranks compete for the CPUs right now. It is a statistic, not part of
+  // the wake-up protocol, so relaxed updates are enough.
+  Doorbell(segment::RankControl& own, std::atomic<std::uint32_t>& sleeping)
+      : own_(&own), sleeping_(&sleeping) {}
 
   // Announces that the owner may sleep. After this, re-check every condition, then sleep()
   // with the returned sequence (or disarm() if something turned up).
   std::uint32_t arm() {
     const std::uint32_t seq = own_->doorbell_seq.load(std::memory_order_acquire);
     own_->armed.store(1, std::memory_order_relaxed);
+    sleeping_->fetch_add(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return seq;
   }
   void sleep(std::uint32_t seq, std::chrono::nanoseconds timeout) {
     futex_wait(own_->doorbell_seq, seq, timeout);
   }
-  void disarm() { own_->armed.store(0, std::memory_order_relaxed); }
+  void disarm() {
+    own_->armed.store(0, std::memory_order_relaxed);
+    sleeping_->fetch_sub(1, std::memory_order_relaxed);
+  }
 
  private:
   segment::RankControl* own_ = nullptr;
+  std::atomic<std::uint32_t>* sleeping_ = nullptr;
 };
 
 }  // namespace shmdist::wait

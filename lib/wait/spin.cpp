@@ -19,12 +19,11 @@ int SpinPolicy::job_cpus(long cpus_override) {
   return allowed;
 }
 
-SpinPolicy SpinPolicy::for_job(int local_ranks, long spin_us_override, long cpus_override) {
+SpinPolicy SpinPolicy::for_job(long spin_us_override, long cpus_override) {
   SpinPolicy p;
-  const bool oversubscribed = local_ranks > job_cpus(cpus_override);
-  p.spin = oversubscribed ? std::chrono::microseconds(2) : std::chrono::microseconds(50);
-  p.yield = oversubscribed;
-  if (spin_us_override >= 0) p.spin = std::chrono::microseconds(spin_us_override);
+  p.cpus = job_cpus(cpus_override);
+  if (spin_us_override >= 0)
+    p.spin_alone = p.spin_crowded = std::chrono::microseconds(spin_us_override);
   return p;
 }
 

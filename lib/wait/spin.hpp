@@ -17,20 +17,31 @@ inline void cpu_relax() {
 #endif
 }
 
+// A futex sleep/wake costs 13-30 us one way on this class of VM and a cross-core hand-off
+// tens to hundreds of ns, so while every awake rank has a CPU, a blocked call spins long
+// enough to cover a typical turnaround. When more ranks are awake than there are CPUs, a
+// spinning rank steals the CPU its peer needs: it spins briefly, yielding, and sleeps soon.
+// "Awake" is counted live (SegmentHeader::sleeping), so 14 idle ranks asleep in a 16-rank
+// job do not slow the two that talk.
 struct SpinPolicy {
-  std::chrono::nanoseconds spin{0};  // spin this long before arming the doorbell
-  bool yield = false;                // call sched_yield while spinning (oversubscribed)
+  int cpus = 1;                                        // CPUs the job's ranks share
+  std::chrono::nanoseconds spin_alone{std::chrono::microseconds(50)};
+  std::chrono::nanoseconds spin_crowded{std::chrono::microseconds(2)};
   // How often a blocked call looks at peers' health, the job state and its deadline, while
   // spinning or asleep (SHMDIST_HEALTH_CHECK_MS overrides it, for tests).
   std::chrono::milliseconds health_check{100};
 
-  // A futex sleep/wake costs 20-30 us one way on this class of VM and a cross-core hand-off
-  // tens of ns, so with a CPU per rank we spin long enough to cover a typical turnaround.
-  // With more ranks than CPUs a spinning rank steals the CPU its peer needs: spin briefly,
-  // yield, and sleep soon. `spin_us_override` >= 0 (SHMDIST_SPIN_US) replaces the time;
-  // `cpus_override` > 0 (SHMDIST_LOCAL_CPUS, set by launchers) is the job's CPU count.
-  static SpinPolicy for_job(int local_ranks, long spin_us_override = -1, long cpus_override = -1);
-  // CPUs the job's ranks share on this host.
+  struct Choice {
+    std::chrono::nanoseconds spin;
+    bool yield;
+  };
+  Choice choose(int awake_ranks) const {
+    return awake_ranks > cpus ? Choice{spin_crowded, true} : Choice{spin_alone, false};
+  }
+
+  // `spin_us_override` >= 0 (SHMDIST_SPIN_US) replaces both spin times; `cpus_override` > 0
+  // (SHMDIST_LOCAL_CPUS, set by launchers) is the job's CPU count.
+  static SpinPolicy for_job(long spin_us_override = -1, long cpus_override = -1);
   static int job_cpus(long cpus_override = -1);
 };
 

@@ -130,7 +130,8 @@ BOOST_AUTO_TEST_CASE(segment_descriptors_that_are_no_segment) {
   }
   {
     const int fd = memfd_copy([](auto& h) { h.layout_version = 99; });
-    expect_clean_error(with_fd(std::to_string(fd)), "SetupError", "layout version 99, expected 1");
+    expect_clean_error(with_fd(std::to_string(fd)), "SetupError", "layout version 99, expected " +
+                           std::to_string(shmdist::segment::kLayoutVersion));
     close(fd);
   }
   {

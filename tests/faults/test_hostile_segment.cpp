@@ -91,7 +91,9 @@ BOOST_AUTO_TEST_CASE(each_broken_field_is_named) {
   const std::vector<Case> cases = {
       {"magic", [](SegmentHeader& h) { h.magic ^= 1; }, "wrong magic number"},
       {"zero magic", [](SegmentHeader& h) { h.magic = 0; }, "wrong magic number"},
-      {"version", [](SegmentHeader& h) { h.layout_version += 1; }, "layout version 2, expected 1"},
+      {"version", [](SegmentHeader& h) { h.layout_version += 1; },
+       "layout version " + std::to_string(shmdist::segment::kLayoutVersion + 1) + ", expected " +
+           std::to_string(shmdist::segment::kLayoutVersion)},
       {"header size", [](SegmentHeader& h) { h.header_size = 64; }, "header size 64"},
       {"line size", [](SegmentHeader& h) { h.line_size = 64; }, "/line 64"},
       {"world 0", [](SegmentHeader& h) { h.world_size = 0; }, "world size 0 out of range"},
@@ -203,7 +205,7 @@ BOOST_AUTO_TEST_CASE(attach_fd_on_crafted_memfds) {
     SegmentImage old;
     old.header().layout_version = 0;
     const int fd = memfd_with(old.data(), old.size());
-    setup_error_says([&] { Segment::attach_fd(fd, kWorld); }, "layout version 0, expected 1");
+    setup_error_says([&] { Segment::attach_fd(fd, kWorld); }, "layout version 0, expected " + std::to_string(shmdist::segment::kLayoutVersion));
     close(fd);
   }
   // Descriptors that are no segment at all.
