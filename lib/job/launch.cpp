@@ -102,7 +102,7 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
     std::unique_lock lock(mu);
     if (!cv.wait_for(lock, options.job_timeout, [&] { return running == 0; })) {
       job::print_hang_report(*seg, std::cerr, "shmdist::launch", "timeout");
-      segment::record_job_failure(*seg, -1, segment::EndKind::None, 0);
+      segment::record_job_abort(*seg, segment::AbortReason::Timeout);
     }
   }
   for (auto& t : threads) t.join();

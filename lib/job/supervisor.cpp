@@ -116,14 +116,14 @@ void JobSupervisor::fail_job(int rank) {
     const RankResult& r = ranks_[rank];
     segment::record_job_failure(segment_, rank, r.kind, r.code);
   } else {
-    segment::record_job_failure(segment_, -1, EndKind::None, 0);
+    segment::record_job_abort(segment_, segment::AbortReason::Timeout);
   }
   term_at_ = Clock::now() + options_.abort_grace;
   kill_at_ = term_at_ + options_.term_grace;
 }
 
 void JobSupervisor::abort_startup() {
-  segment::record_job_failure(segment_, -1, EndKind::None, 0);
+  segment::record_job_abort(segment_, segment::AbortReason::Startup);
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     RankResult& r = ranks_[i];
     if (r.ended) continue;

@@ -52,7 +52,12 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                                                 const std::string& fd_text) {
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
   const int fd = static_cast<int>(env::parse_int("SHMDIST_SEGMENT_FD", fd_text, 0, 1 << 20));
-  auto seg = std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, rw.world));
+  std::shared_ptr<segment::Segment> seg;
+  try {
+    seg = std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, rw.world));
+  } catch (const SetupError& e) {
+    throw SetupError("SHMDIST_SEGMENT_FD=" + fd_text + ": " + e.what() + " " + kUseShmrun);
+  }
   ::close(fd);  // the mapping stays; programs this rank starts must not inherit the segment
   if (const auto key = env::get("SHMDIST_JOB_KEY")) {
     char expected[32];

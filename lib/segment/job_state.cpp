@@ -41,8 +41,18 @@ std::string describe_rank_end(const Segment& seg, int rank) {
 std::string describe_job_failure(const Segment& seg) {
   const SegmentHeader& h = seg.header();
   const int rank = h.failed_rank.load(std::memory_order_acquire);
-  if (rank < 0 || rank >= seg.world_size())
-    return "the job was aborted (by the launcher or a signal); stopping this call";
+  if (rank < 0 || rank >= seg.world_size()) {
+    switch (static_cast<AbortReason>(h.abort_reason.load(std::memory_order_acquire))) {
+      case AbortReason::Timeout:
+        return "the job was stopped by its launcher because its time limit (shmrun --timeout) "
+               "expired; stopping this call";
+      case AbortReason::Startup:
+        return "the job was aborted while it started (a rank could not be launched)";
+      case AbortReason::None:
+        break;
+    }
+    return "the job was aborted by its launcher; stopping this call";
+  }
   const auto kind = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
   const int code = h.failed_code.load(std::memory_order_relaxed);
   std::string who = "rank " + std::to_string(rank);
@@ -102,6 +112,12 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
   h.abort_seq.fetch_add(1, std::memory_order_acq_rel);
   wake_all(seg);
   return first;
+}
+
+void record_job_abort(const Segment& seg, AbortReason reason) {
+  SegmentHeader& h = seg.header();
+  h.abort_reason.store(static_cast<std::uint32_t>(reason), std::memory_order_relaxed);
+  record_job_failure(seg, -1, EndKind::None, 0);  // its release store publishes the reason
 }
 
 void wake_all(const Segment& seg) {

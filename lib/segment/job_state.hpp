@@ -27,6 +27,9 @@ void record_rank_end(const Segment& seg, int rank, EndKind kind, int code);
 // only says the rank is gone (Vanished) takes the exact end from the rank's control block
 // when the launcher has written it there, and is completed by a later call that says how.
 bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code);
+// Aborts the job without a failed rank (a launcher's --timeout, a failed start) and wakes
+// every rank; their blocked calls throw PeerFailure saying why.
+void record_job_abort(const Segment& seg, AbortReason reason);
 // Wakes every rank's doorbell unconditionally (abort, launcher timeout).
 void wake_all(const Segment& seg);
 

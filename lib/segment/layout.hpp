@@ -32,6 +32,9 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
 enum class JobState : std::uint32_t { Running = 0, Aborted = 1 };
 
+// Why a job was aborted without a failed rank (SegmentHeader::abort_reason).
+enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2 };
+
 // SegmentHeader::flags
 inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
 
@@ -69,7 +72,8 @@ struct SegmentHeader {
   std::atomic<std::uint32_t> attached;                  // ranks that attached so far
   std::atomic<std::uint32_t> abort_seq;                 // bumped on every abort request
   std::atomic<std::uint32_t> sleeping;                  // ranks armed to sleep right now
-  char reserved2[kLine - 28];
+  std::atomic<std::uint32_t> abort_reason;              // AbortReason, when no rank failed
+  char reserved2[kLine - 32];
 };
 static_assert(sizeof(SegmentHeader) == 2 * kLine);
 static_assert(alignof(SegmentHeader) == kLine);

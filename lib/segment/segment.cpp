@@ -195,6 +195,13 @@ Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std
     throw SetupError("cannot create shared-memory object '" + n + "': " + e.what() +
                      ". Check that /dev/shm is mounted and writable.");
   }
+  // From here on a failure must not leave the name behind in /dev/shm.
+  struct RemoveNameOnFailure {
+    Segment* seg;
+    ~RemoveNameOnFailure() {
+      if (seg) seg->unlink_name();
+    }
+  } guard{&seg};
   if (seg.fd_ < 0) throw SetupError(std::string("dup failed: ") + std::strerror(errno));
   fcntl(seg.fd_, F_SETFD, FD_CLOEXEC);
   const auto total = static_cast<off_t>(seg.geometry_.total_size);
@@ -212,6 +219,7 @@ Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std
     throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
   }
   seg.map_and_init(world_size, ring_size);
+  guard.seg = nullptr;
   return seg;
 }
 
@@ -242,7 +250,10 @@ Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
   return seg;
 }
 
-void Segment::validate(const void* base, std::size_t mapped_size, int expected_world_size) {
+// Every field is read exactly once into a local: the header is untrusted shared memory that
+// another process could rewrite while we look, and the geometry we return (and then use) is
+// the one we checked, not whatever the header says a moment later.
+Geometry Segment::validate(const void* base, std::size_t mapped_size, int expected_world_size) {
   auto fail = [](const std::string& what) {
     throw SetupError("the shared segment is not valid: " + what +
                      ". It belongs to another version of shmdist or to another job, or it is "
@@ -250,36 +261,44 @@ void Segment::validate(const void* base, std::size_t mapped_size, int expected_w
   };
   if (mapped_size < sizeof(SegmentHeader))
     fail("it is " + std::to_string(mapped_size) + " bytes, smaller than its header");
-  const auto& h = *static_cast<const SegmentHeader*>(base);
-  const std::uint64_t magic = std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(h.magic))
-                                  .load(std::memory_order_acquire);
+  auto& h = *static_cast<SegmentHeader*>(const_cast<void*>(base));
+  auto read = [](auto& field) {
+    return std::atomic_ref<std::remove_reference_t<decltype(field)>>(field).load(
+        std::memory_order_acquire);
+  };
+  const std::uint64_t magic = read(h.magic);
+  const std::uint32_t version = read(h.layout_version), header_size = read(h.header_size),
+                      line_size = read(h.line_size), world = read(h.world_size);
+  const std::uint64_t ring = read(h.ring_size), total = read(h.total_size),
+                      rank_ctl = read(h.rank_control_offset),
+                      ring_ctl = read(h.ring_control_offset), data = read(h.ring_data_offset);
   if (magic != kMagic) fail("wrong magic number");
-  if (h.layout_version != kLayoutVersion)
-    fail("layout version " + std::to_string(h.layout_version) + ", expected " +
+  if (version != kLayoutVersion)
+    fail("layout version " + std::to_string(version) + ", expected " +
          std::to_string(kLayoutVersion));
-  if (h.header_size != sizeof(SegmentHeader) || h.line_size != kLine)
-    fail("header size " + std::to_string(h.header_size) + "/line " + std::to_string(h.line_size) +
+  if (header_size != sizeof(SegmentHeader) || line_size != kLine)
+    fail("header size " + std::to_string(header_size) + "/line " + std::to_string(line_size) +
          ", expected " + std::to_string(sizeof(SegmentHeader)) + "/" + std::to_string(kLine));
-  if (h.world_size < 1 || h.world_size > std::uint32_t(kMaxWorldSize))
-    fail("world size " + std::to_string(h.world_size) + " out of range");
-  if (expected_world_size > 0 && h.world_size != std::uint32_t(expected_world_size))
-    fail("it was made for " + std::to_string(h.world_size) + " ranks but WORLD_SIZE is " +
+  if (world < 1 || world > std::uint32_t(kMaxWorldSize))
+    fail("world size " + std::to_string(world) + " out of range");
+  if (expected_world_size > 0 && world != std::uint32_t(expected_world_size))
+    fail("it was made for " + std::to_string(world) + " ranks but WORLD_SIZE is " +
          std::to_string(expected_world_size));
-  const bool pow2 = h.ring_size != 0 && (h.ring_size & (h.ring_size - 1)) == 0;
-  if (!pow2 || h.ring_size < kMinRingSize || h.ring_size > kMaxRingSize)
-    fail("ring size " + std::to_string(h.ring_size) + " is not a power of two in range");
-  const Geometry g = Geometry::compute(h.world_size, h.ring_size);
-  if (h.rank_control_offset != g.rank_control_offset ||
-      h.ring_control_offset != g.ring_control_offset || h.ring_data_offset != g.ring_data_offset ||
-      h.total_size != g.total_size)
+  const bool pow2 = ring != 0 && (ring & (ring - 1)) == 0;
+  if (!pow2 || ring < kMinRingSize || ring > kMaxRingSize)
+    fail("ring size " + std::to_string(ring) + " is not a power of two in range");
+  const Geometry g = Geometry::compute(world, ring);
+  if (rank_ctl != g.rank_control_offset || ring_ctl != g.ring_control_offset ||
+      data != g.ring_data_offset || total != g.total_size)
     fail("its offsets or total size disagree with its world and ring size");
-  if (h.total_size != mapped_size)
-    fail("the header says " + std::to_string(h.total_size) + " bytes but the object has " +
+  if (total != mapped_size)
+    fail("the header says " + std::to_string(total) + " bytes but the object has " +
          std::to_string(mapped_size));
+  return g;
 }
 
 namespace {
-void map_validated(int fd, int expected_world_size, void*& base, std::size_t& size) {
+Geometry map_validated(int fd, int expected_world_size, void*& base, std::size_t& size) {
   struct stat st {};
   if (fstat(fd, &st) != 0)
     throw SetupError(std::string("cannot stat the shared segment: ") + std::strerror(errno));
@@ -293,7 +312,7 @@ void map_validated(int fd, int expected_world_size, void*& base, std::size_t& si
     throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
   }
   try {
-    Segment::validate(base, size, expected_world_size);
+    return Segment::validate(base, size, expected_world_size);
   } catch (...) {
     munmap(base, size);
     base = nullptr;
@@ -305,8 +324,7 @@ void map_validated(int fd, int expected_world_size, void*& base, std::size_t& si
 // The descriptor stays the caller's (an inherited one is closed by the caller once mapped).
 Segment Segment::attach_fd(int fd, int expected_world_size) {
   Segment seg;
-  map_validated(fd, expected_world_size, seg.base_, seg.size_);
-  seg.geometry_ = Geometry::compute(seg.header().world_size, seg.header().ring_size);
+  seg.geometry_ = map_validated(fd, expected_world_size, seg.base_, seg.size_);
   return seg;
 }
 
@@ -333,8 +351,7 @@ Segment Segment::attach_name(const std::string& name, int expected_world_size) {
           .load(std::memory_order_acquire);
   munmap(base, sizeof(SegmentHeader));
   if (magic == 0) return Segment{};
-  map_validated(fd, expected_world_size, seg.base_, seg.size_);
-  seg.geometry_ = Geometry::compute(seg.header().world_size, seg.header().ring_size);
+  seg.geometry_ = map_validated(fd, expected_world_size, seg.base_, seg.size_);
   return seg;
 }
 

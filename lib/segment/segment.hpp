@@ -48,7 +48,8 @@ class Segment {
 
   // Checks a mapped header against the size of its mapping and an expected world size.
   // Untrusted input: used by attach and by the fuzz target.
-  static void validate(const void* base, std::size_t mapped_size, int expected_world_size);
+  // Returns the geometry it checked (read once: the header may change under us).
+  static Geometry validate(const void* base, std::size_t mapped_size, int expected_world_size);
 
   SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
   RankControl& rank_control(int rank) const;
