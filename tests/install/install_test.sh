@@ -7,6 +7,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 test -x "$work/prefix/bin/shmrun"
+if [[ -x "$build_dir/bench/shmdist-bench" ]]; then test -x "$work/prefix/bin/shmdist-bench"; fi
 test -f "$work/prefix/include/shmdist/shmdist.hpp"
 cmake -S "$source_dir" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
       -DCMAKE_CXX_COMPILER="$compiler" >/dev/null
