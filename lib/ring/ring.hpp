@@ -49,6 +49,7 @@ inline constexpr std::uint64_t padded_record_size(std::uint64_t payload) {
 // Copies between linear memory and the ring's data area, splitting at the wrap point.
 inline void copy_into_ring(std::byte* data, std::uint64_t mask, std::uint64_t pos,
                            const std::byte* src, std::size_t n) {
+  if (n == 0) return;  // src may be null then, which memcpy does not allow
   const std::uint64_t off = pos & mask;
   const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
   std::memcpy(data + off, src, first);
@@ -56,6 +57,7 @@ inline void copy_into_ring(std::byte* data, std::uint64_t mask, std::uint64_t po
 }
 inline void copy_from_ring(const std::byte* data, std::uint64_t mask, std::uint64_t pos,
                            std::byte* dst, std::size_t n) {
+  if (n == 0) return;
   const std::uint64_t off = pos & mask;
   const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
   std::memcpy(dst, data + off, first);

@@ -84,6 +84,19 @@ BOOST_AUTO_TEST_CASE(bad_ring_size_in_the_environment_is_named) {
   BOOST_TEST(r.out.empty());
 }
 
+// A segment larger than /dev/shm can hold is refused before anything starts, saying how much
+// it needs (64 ranks x 63 rings x 1 GiB is far beyond any /dev/shm), and leaves nothing.
+BOOST_AUTO_TEST_CASE(segment_too_large_for_dev_shm_says_how_much_it_needs) {
+  const auto objects_before = shm_objects();
+  const CommandResult r =
+      run_command(shmrun({"-n", "64", "--ring-size", "1G", program("probe_env")}), clean_options());
+  BOOST_TEST(r.exit_code == 1);
+  BOOST_TEST(contains(r.err, "the shared segment needs 41287"), r.err);  // 4032 GiB in MiB
+  BOOST_TEST(contains(r.err, "MiB in /dev/shm but only"), r.err);
+  BOOST_TEST(r.out.empty());
+  BOOST_TEST(shm_objects() == objects_before);
+}
+
 // The launcher says once why the program cannot run (not once per rank) and exits as a
 // shell would: 127 for a missing program, 126 for one that exists but cannot be executed.
 BOOST_AUTO_TEST_CASE(program_that_cannot_run) {

@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(wraps_many_times_without_stale_records) {
     r.producer.publish(RecordKind::Continuation, {}, payload);
     const auto got = take(r.consumer);
     BOOST_REQUIRE_EQUAL(got.size(), n);
-    BOOST_REQUIRE(std::memcmp(got.data(), payload.data(), n) == 0);
+    BOOST_REQUIRE(got == payload);
     BOOST_REQUIRE(r.consumer.peek() == nullptr);
     r.consumer.publish();
     expected_tail += ring::padded_record_size(n);
