@@ -104,16 +104,28 @@ int recv_bytes(std::span<std::byte> bytes, int src = ANY_SOURCE, const Group& gr
 std::vector<std::byte> recv_bytes(int src = ANY_SOURCE, const Group& group = {}, int tag = 0,
                                   int* source = nullptr);
 
-// Trivially copyable values and arrays of them, sent as their bytes.
+namespace detail {
+// The bytes of a trivially copyable value, for send_object / recv_object.
+template <class T>
+std::span<const std::byte> object_bytes(const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "send_object needs a trivially copyable type");
+  return std::as_bytes(std::span<const T, 1>(&value, 1));
+}
+template <class T>
+std::span<std::byte> object_bytes(T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "recv_object needs a trivially copyable type");
+  return std::as_writable_bytes(std::span<T, 1>(&value, 1));
+}
+}  // namespace detail
+
+// Trivially copyable values, sent as their bytes (the receive needs the same size).
 template <class T>
 void send_object(const T& value, int dst, const Group& group = {}, int tag = 0) {
-  static_assert(std::is_trivially_copyable_v<T>, "send_object needs a trivially copyable type");
-  send_bytes(std::as_bytes(std::span<const T, 1>(&value, 1)), dst, group, tag);
+  send_bytes(detail::object_bytes(value), dst, group, tag);
 }
 template <class T>
 int recv_object(T& value, int src = ANY_SOURCE, const Group& group = {}, int tag = 0) {
-  static_assert(std::is_trivially_copyable_v<T>, "recv_object needs a trivially copyable type");
-  return recv_bytes(std::as_writable_bytes(std::span<T, 1>(&value, 1)), src, group, tag);
+  return recv_bytes(detail::object_bytes(value), src, group, tag);
 }
 
 }  // namespace shmdist

@@ -62,13 +62,11 @@ class ProcessGroup {
 
   template <class T>
   void send_object(const T& value, int dst, const Group& group = {}, int tag = 0) {
-    static_assert(std::is_trivially_copyable_v<T>, "send_object needs a trivially copyable type");
-    send_bytes(std::as_bytes(std::span<const T, 1>(&value, 1)), dst, group, tag);
+    send_bytes(detail::object_bytes(value), dst, group, tag);
   }
   template <class T>
   int recv_object(T& value, int src = ANY_SOURCE, const Group& group = {}, int tag = 0) {
-    static_assert(std::is_trivially_copyable_v<T>, "recv_object needs a trivially copyable type");
-    return recv_bytes(std::as_writable_bytes(std::span<T, 1>(&value, 1)), src, group, tag);
+    return recv_bytes(detail::object_bytes(value), src, group, tag);
   }
 
   struct Impl;

@@ -135,16 +135,22 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
   start_send(op);
   if (!op.pending()) [[likely]]
     return;
-  const WaitFocus focus{kBlockedSend, dst, nullptr, key, op.out.env.nbytes};
+  await_blocking(op, {kBlockedSend, dst, nullptr, key, op.out.env.nbytes}, &Engine::withdraw_send);
+}
+
+// Waits for the operation of a blocking call. If the wait fails or times out, the operation
+// is withdrawn first (nothing may keep pointing at the caller's stack), then the error goes on.
+void Engine::await_blocking(Operation& op, const WaitFocus& focus,
+                            void (Engine::*withdraw)(Operation&)) {
   bool done = false;
   try {
     done = block_until([&] { return !op.pending(); }, focus, timeout_);
   } catch (...) {
-    withdraw_send(op);
+    (this->*withdraw)(op);
     throw;
   }
   if (!done) {
-    withdraw_send(op);
+    (this->*withdraw)(op);
     throw_timeout(focus, timeout_);
   }
 }
@@ -157,13 +163,13 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
 int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   if (!posted_.empty() || !unexpected_.empty()) return -1;
   transport::Expectation want;
-  want.group_id = key.group_id;
-  want.group_sig = key.group_sig;
-  want.tag = key.tag;
-  want.channel = key.channel;
-  want.dtype = tensor.dtype();
-  want.numel = static_cast<std::uint64_t>(tensor.numel());
-  want.nbytes = tensor.nbytes();
+  want.env.group_id = key.group_id;
+  want.env.group_sig = key.group_sig;
+  want.env.tag = key.tag;
+  want.env.channel = key.channel;
+  want.env.dtype = tensor.dtype();
+  want.env.numel = static_cast<std::uint64_t>(tensor.numel());
+  want.env.nbytes = tensor.nbytes();
   want.dest = static_cast<std::byte*>(tensor.data_ptr());
   const bool crowded = world_size() > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
   const unsigned tries = crowded ? 1 : kDirectSpins;
@@ -193,20 +199,9 @@ int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector
   op.set_view(tensor);
   op.any_size = any_size;
   post_receive(op);
-  if (op.pending()) {
-    const WaitFocus focus{blocked_as, src, &candidates, key, tensor.nbytes()};
-    bool done = false;
-    try {
-      done = block_until([&] { return !op.pending(); }, focus, timeout_);
-    } catch (...) {
-      withdraw_receive(op);
-      throw;
-    }
-    if (!done) {
-      withdraw_receive(op);
-      throw_timeout(focus, timeout_);
-    }
-  }
+  if (op.pending())
+    await_blocking(op, {blocked_as, src, &candidates, key, tensor.nbytes()},
+                   &Engine::withdraw_receive);
   if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);
   if (any_size) tensor = op.keep;
   return op.source;

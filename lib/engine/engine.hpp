@@ -115,6 +115,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // sends
   void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
+  void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
   void start_send(Operation& op);
   bool push_sends();
   void withdraw_send(Operation& op);

@@ -212,14 +212,14 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   ring::MessageHeader raw;
   std::memcpy(&raw, consumer.payload_prefix(), sizeof raw);
   const bool exact = rec.kind == static_cast<std::uint16_t>(ring::RecordKind::Start) &&
-                     rec.length == sizeof raw + want.nbytes &&
-                     rec.length <= consumer.max_record_length() && raw.tag == want.tag &&
-                     raw.group_id == want.group_id && raw.group_sig == want.group_sig &&
-                     raw.channel == want.channel &&
-                     raw.dtype == static_cast<std::uint8_t>(want.dtype) &&
-                     raw.numel == want.numel && raw.nbytes == want.nbytes;
+                     rec.length == sizeof raw + want.env.nbytes &&
+                     rec.length <= consumer.max_record_length() && raw.tag == want.env.tag &&
+                     raw.group_id == want.env.group_id && raw.group_sig == want.env.group_sig &&
+                     raw.channel == want.env.channel &&
+                     raw.dtype == static_cast<std::uint8_t>(want.env.dtype) &&
+                     raw.numel == want.env.numel && raw.nbytes == want.env.nbytes;
   if (!exact) return DirectResult::Other;
-  if (want.nbytes) consumer.copy_payload(sizeof raw, want.dest, want.nbytes);
+  if (want.env.nbytes) consumer.copy_payload(sizeof raw, want.dest, want.env.nbytes);
   consumer.release(rec.length);
   if (!inbound_[src].dirty) {
     inbound_[src].dirty = true;

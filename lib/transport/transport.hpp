@@ -44,15 +44,10 @@ struct OutboundMessage {
   bool done() const { return started && sent == env.nbytes; }
 };
 
-// A receive that knows exactly what it wants from one source (the direct path).
+// A receive that knows exactly what it wants (the direct path): every field of `env` but the
+// source must match, and the bytes go to `dest`.
 struct Expectation {
-  std::uint32_t group_id = 0;
-  std::uint32_t group_sig = 0;
-  int tag = 0;
-  std::uint8_t channel = 0;
-  DType dtype = DType::UInt8;
-  std::uint64_t numel = 0;
-  std::uint64_t nbytes = 0;
+  Envelope env;
   std::byte* dest = nullptr;
 };
 
