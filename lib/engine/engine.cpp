@@ -14,7 +14,11 @@ constexpr unsigned kDirectSpins = 200;
 
 Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
                std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)), spin_(spin), timeout_(timeout) {
+    : transport_(std::move(transport)),
+      rank_(transport_->rank()),
+      world_(transport_->world_size()),
+      spin_(spin),
+      timeout_(timeout) {
   const int world = transport_->world_size();
   inflight_.resize(world);
   send_queues_.resize(world);

@@ -50,8 +50,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
          std::chrono::milliseconds timeout);
   ~Engine() override;
 
-  int rank() const { return transport_->rank(); }
-  int world_size() const { return transport_->world_size(); }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   transport::Transport& transport() { return *transport_; }
 
@@ -134,6 +134,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::string describe(const WaitFocus& focus) const;
 
   std::unique_ptr<transport::Transport> transport_;
+  int rank_;
+  int world_;
   wait::SpinPolicy spin_;
   std::chrono::milliseconds timeout_;
 

@@ -105,11 +105,15 @@ ProcessGroup::~ProcessGroup() {
 
 bool ProcessGroup::is_initialized() const { return impl_ && !impl_->destroyed; }
 
+[[noreturn, gnu::cold, gnu::noinline]] static void not_initialized() {
+  throw NotInitialized(
+      "the process group is not initialized (never created, or destroyed); call "
+      "init_process_group() first, inside a job started with 'shmrun -n N program'");
+}
+
 ProcessGroup::Impl& ProcessGroup::impl() const {
-  if (!is_initialized())
-    throw NotInitialized(
-        "the process group is not initialized (never created, or destroyed); call "
-        "init_process_group() first, inside a job started with 'shmrun -n N program'");
+  if (!impl_ || impl_->destroyed) [[unlikely]]
+    not_initialized();
   return *impl_;
 }
 

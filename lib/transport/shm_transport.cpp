@@ -221,11 +221,12 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   if (!exact) return DirectResult::Other;
   if (want.env.nbytes) consumer.copy_payload(sizeof raw, want.dest, want.env.nbytes);
   consumer.release(rec.length);
-  if (!inbound_[src].dirty) {
-    inbound_[src].dirty = true;
-    dirty_sources_.push_back(src);
-  }
-  flush();
+  // Publish the freed space and wake the producer if it sleeps for space: flush() for this
+  // one ring (an earlier poll may have left others to publish; they go in the next flush).
+  consumer.publish();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  RankControl& producer = segment_->rank_control(src);
+  if (producer.armed.load(std::memory_order_relaxed) != 0) wait::wake(producer);
   return DirectResult::Received;
 }
 
