@@ -141,9 +141,6 @@ class RingProducer {
     control_->head_hint.store(next, std::memory_order_relaxed);
   }
 
-  std::uint64_t head() const { return head_; }
-  std::uint64_t capacity() const { return mask_ + 1; }
-  bool valid() const { return control_ != nullptr; }
 
  private:
   // Free bytes for a record's payload: the record, its padding and the next stamp slot must
@@ -207,7 +204,6 @@ class RingConsumer {
 
   // Whether the producer has published bytes past what we consumed (diagnostics/liveness).
   std::uint64_t tail() const { return tail_; }
-  bool valid() const { return control_ != nullptr; }
 
  private:
   segment::RingControl* control_ = nullptr;

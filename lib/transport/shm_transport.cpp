@@ -393,6 +393,9 @@ void ShmTransport::report_failure(int peer) {
   segment::record_job_failure(*segment_, peer, segment::EndKind::Vanished, 0);
 }
 
+// A seqlock: the odd version, then (release fence) the fields, then the even version with
+// release; the launcher reads version (acquire), fields, fence (acquire), version again, and
+// retries if they differ or are odd, so it never uses a half-written record.
 void ShmTransport::set_blocked(const BlockedInfo& info) {
   auto& b = own_->blocked;
   const std::uint32_t v = b.version.load(std::memory_order_relaxed);
