@@ -8,7 +8,7 @@ from collections import defaultdict
 from .runner import run
 
 CSV_FIELDS = ["timestamp", "round", "test", "transport", "ranks", "size", "metric", "value",
-              "unit", "floor_before_ns", "floor_after_ns"]
+              "unit", "floor_before_ns", "floor_after_ns", "state"]
 
 PT2PT = [("latency", "latency_us", "Latency (us), lower is better",
           "ratio = shmdist / other: below 1 means shmdist is faster; "
@@ -47,11 +47,25 @@ class Report:
 
     # ---- aggregation --------------------------------------------------------------------
 
-    def value(self, test, transport, metric, size, ranks=None):
-        vals = [r["value"] for r in self.records
+    def _matching(self, test, transport, metric, size, ranks):
+        return [r for r in self.records
                 if r["test"] == test and r["transport"] == transport and r["metric"] == metric
                 and r["size"] == size and (ranks is None or r["ranks"] == ranks)]
-        return median(vals)
+
+    def value(self, test, transport, metric, size, ranks=None):
+        """Median over the fast-state runs; over all runs only when none ran in the fast state
+        (state() then says "slow")."""
+        rows = self._matching(test, transport, metric, size, ranks)
+        fast = [r for r in rows if r.get("state") == "fast"]
+        return median([r["value"] for r in (fast or rows)])
+
+    def state(self, test, transports, metric, size, ranks=None):
+        """"fast" when every transport's figure for this row came from fast-state runs."""
+        for t in transports:
+            rows = self._matching(test, t, metric, size, ranks)
+            if rows and not any(r.get("state") == "fast" for r in rows):
+                return "slow"
+        return "fast"
 
     def floor_near(self, test, transport, size):
         """Cache-line one-way ns probed around the runs that produced this figure."""
@@ -118,6 +132,12 @@ class Report:
             unit = next(v[3] for v in vals if v)
             out.append("  %-34s %s -> %s %s" % (label, fmt(vals[0] and vals[0][0], 9),
                                                  fmt(vals[1] and vals[1][0], 9), unit))
+        if self.meta.get("floor_min"):
+            out.append("  fast-state gate: a run counts when the probes around it read at most "
+                       "%.1fx the session's lowest (%.1f ns); %d run(s) repeated for leaving the "
+                       "band; figures are medians of fast-state runs, rows marked 'slow' had "
+                       "none" % (self.meta["gate_band"], self.meta["floor_min"],
+                                 self.meta["gate_repeats"]))
         drift = self.drift_probes()
         if drift:
             lo, hi = min(drift), max(drift)
@@ -140,6 +160,7 @@ class Report:
         head += [t.rjust(11) for t in transports]
         head += [("/" + t).rjust(13) for t in others]
         head.append(("x floor" if is_latency else "/memcpy").rjust(9))
+        head.append("state".rjust(7))
         out = ["", "%s  [%s]" % (title, legend), "".join(head)]
         for size in self.sizes(test, metric):
             vals = {t: self.value(test, t, metric, size) for t in transports}
@@ -156,6 +177,7 @@ class Report:
                 gbps = self.memcpy_gbps(size)
                 rel = shm / (gbps * 1000.0) if shm and gbps else None
             line.append(fmt(rel, 9, 2 if is_latency else 3))
+            line.append(self.state(test, transports, metric, size).rjust(7))
             out.append("".join(line))
         return out
 

@@ -97,6 +97,11 @@ def _opts(options):
     return ["--%s=%s" % (k, v) for k, v in options.items()]
 
 
+# A run is in the machine's fast state when the cache-line probes around it read within this
+# factor of the session's lowest reading (see Session.execute in bench/compare).
+GATE_BAND = 2.0
+
+
 def shmdist_cmd(tools, test, nproc, options, bind, job_timeout):
     cmd = [tools.shmrun, "-n", str(nproc), "--bind-to", "core" if bind else "none",
            "--timeout", "%ds" % job_timeout, "--", tools.bench, test]
