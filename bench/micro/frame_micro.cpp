@@ -7,10 +7,11 @@
 namespace {
 
 using namespace shmdist::ring;
+using namespace shmdist::transport;
 
 void BM_EncodeHeader(benchmark::State& state) {
   Envelope env;
-  env.tag = 3;
+  env.key.tag = 3;
   env.dtype = shmdist::DType::Float32;
   env.numel = 1024;
   env.nbytes = 4096;

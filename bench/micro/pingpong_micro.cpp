@@ -59,7 +59,7 @@ class PinnedScope {
   bool pinned_ = false;
 };
 
-void send_message(shmdist::ring::RingProducer& producer, const shmdist::ring::MessageHeader& h,
+void send_message(shmdist::ring::RingProducer& producer, const shmdist::transport::MessageHeader& h,
                   const std::vector<std::byte>& payload) {
   while (producer.writable(sizeof h + payload.size()) < sizeof h + payload.size())
     shmdist::wait::cpu_relax();

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "ring/frame.hpp"
+#include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 
@@ -28,24 +28,25 @@ struct RingView {
                  segment.ring_size()) {}
 };
 
-inline shmdist::ring::MessageHeader header_for(std::size_t payload) {
-  shmdist::ring::Envelope env;
+inline shmdist::transport::MessageHeader header_for(std::size_t payload) {
+  shmdist::transport::Envelope env;
   env.src = 0;
-  env.tag = 7;
+  env.key.tag = 7;
   env.dtype = shmdist::DType::UInt8;
   env.numel = payload;
   env.nbytes = payload;
-  return shmdist::ring::encode_header(env);
+  return shmdist::transport::encode_header(env);
 }
 
-inline std::span<const std::byte> bytes_of(const shmdist::ring::MessageHeader& h) {
-  return std::as_bytes(std::span<const shmdist::ring::MessageHeader, 1>(&h, 1));
+inline std::span<const std::byte> bytes_of(const shmdist::transport::MessageHeader& h) {
+  return std::as_bytes(std::span<const shmdist::transport::MessageHeader, 1>(&h, 1));
 }
 
 // Takes the Start record at the consumer's tail the way ShmTransport::consume_record does:
 // check, decode, copy the payload out, release. Returns false if there is none yet.
 inline bool take_message(shmdist::ring::RingConsumer& consumer, std::byte* dst, int src) {
   using namespace shmdist::ring;
+  using namespace shmdist::transport;
   const RecordHeader* in_ring = consumer.peek();
   if (in_ring == nullptr) return false;
   RecordHeader rec;

@@ -48,15 +48,7 @@ void Engine::setup_send(Operation& op, const Tensor& tensor, int dst, const Matc
   op.kind = Operation::Kind::Send;
   op.peer = dst;
   op.set_view(tensor);
-  transport::Envelope& env = op.out.env;
-  env.src = rank();
-  env.group_id = key.group_id;
-  env.group_sig = key.group_sig;
-  env.tag = key.tag;
-  env.channel = key.channel;
-  env.dtype = op.view.dtype;
-  env.numel = op.view.numel;
-  env.nbytes = op.view.nbytes;
+  op.out.env = {rank(), key, op.view.dtype, op.view.numel, op.view.nbytes};
   op.out.next = op.view.data;
 }
 
@@ -166,15 +158,9 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
 // else falls back to the general path, which also drives every other pending operation.
 int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   if (!posted_.empty() || !unexpected_.empty()) return -1;
-  transport::Expectation want;
-  want.env.group_id = key.group_id;
-  want.env.group_sig = key.group_sig;
-  want.env.tag = key.tag;
-  want.env.channel = key.channel;
-  want.env.dtype = tensor.dtype();
-  want.env.numel = static_cast<std::uint64_t>(tensor.numel());
-  want.env.nbytes = tensor.nbytes();
-  want.dest = static_cast<std::byte*>(tensor.data_ptr());
+  const transport::Expectation want{
+      {src, key, tensor.dtype(), static_cast<std::uint64_t>(tensor.numel()), tensor.nbytes()},
+      static_cast<std::byte*>(tensor.data_ptr())};
   const bool crowded = world_size() > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
   const unsigned tries = crowded ? 1 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
@@ -246,8 +232,7 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
     const auto limit = timeout ? *timeout : timeout_;
     WaitFocus focus{kBlockedWait, op.peer, nullptr, op.key, op.view.nbytes};
     if (op.kind == Operation::Kind::Recv && op.peer < 0) focus.candidates = &op.candidates;
-    if (op.kind == Operation::Kind::Send) focus.key = {op.out.env.group_id, op.out.env.group_sig,
-                                                      op.out.env.tag, op.out.env.channel};
+    if (op.kind == Operation::Kind::Send) focus.key = op.out.env.key;
     const bool done = block_until([&] { return !op.pending(); }, focus, limit);
     if (!done) {
       if (timeout) return false;

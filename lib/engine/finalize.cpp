@@ -66,19 +66,19 @@ void Engine::finalize(std::ostream& report) {
 
   std::map<int, PeerTally> tally;
   for (const Unexpected& u : unexpected_) {
-    if (u.env.channel != ring::kUserChannel) continue;
+    if (u.env.key.channel != transport::kUserChannel) continue;
     PeerTally& t = tally[u.env.src];
     ++t.messages;
     t.incomplete += !u.complete;
     t.bytes += u.env.nbytes;
-    t.tags.insert(u.env.tag);
+    t.tags.insert(u.env.key.tag);
   }
   const auto gone = std::make_exception_ptr(
       NotInitialized("the process group was destroyed while this operation was pending"));
   while (!posted_.empty()) {
     Operation& op = posted_.front();
     posted_.pop_front();
-    if (op.key.channel == ring::kUserChannel) {
+    if (op.key.channel == transport::kUserChannel) {
       PeerTally& t = tally[op.peer];
       ++t.receives;
       t.receive_tags.insert(op.key.tag);

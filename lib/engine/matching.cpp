@@ -13,8 +13,7 @@ namespace shmdist::engine {
 namespace {
 
 bool matches(const Operation& op, const transport::Envelope& env) {
-  return op.key.tag == env.tag && op.key.group_id == env.group_id &&
-         op.key.channel == env.channel && (op.peer < 0 || op.peer == env.src);
+  return op.key.routes(env.key) && (op.peer < 0 || op.peer == env.src);
 }
 
 std::string group_text(std::uint32_t id) {
@@ -23,15 +22,15 @@ std::string group_text(std::uint32_t id) {
 
 // Why `op` cannot take `env` although the key matches; nullopt when it can.
 std::optional<std::string> incompatibility(const Operation& op, const transport::Envelope& env) {
-  if (op.key.group_sig != env.group_sig)
+  if (op.key.group_sig != env.key.group_sig)
     return "the message from rank " + std::to_string(env.src) + " was sent on " +
-           group_text(env.group_id) + " with different members than this rank's " +
-           group_text(env.group_id) +
+           group_text(env.key.group_id) + " with different members than this rank's " +
+           group_text(env.key.group_id) +
            ": every rank must call new_group with the same ranks, in the same order";
   if (op.any_size || op.view.numel == env.numel) return std::nullopt;
   return "recv expected " + std::to_string(op.view.numel) + " elements (" +
          std::string(dtype_name(op.view.dtype)) + ") but the message from rank " +
-         std::to_string(env.src) + " with tag " + std::to_string(env.tag) + " has " +
+         std::to_string(env.src) + " with tag " + std::to_string(env.key.tag) + " has " +
          std::to_string(env.numel) + " elements (" + std::string(dtype_name(env.dtype)) + ", " +
          std::to_string(env.nbytes) +
          " bytes). The message stays queued: receive it with a tensor of " +
@@ -42,7 +41,7 @@ std::unique_ptr<std::byte[]> allocate(std::uint64_t n, const transport::Envelope
   std::unique_ptr<std::byte[]> p(new (std::nothrow) std::byte[n ? n : 1]);
   if (!p)
     throw Error("cannot allocate " + std::to_string(n) + " bytes for a message from rank " +
-                std::to_string(env.src) + " (tag " + std::to_string(env.tag) +
+                std::to_string(env.src) + " (tag " + std::to_string(env.key.tag) +
                 "); free memory or receive messages sooner so fewer wait unreceived");
   return p;
 }

@@ -16,13 +16,8 @@
 namespace shmdist::engine {
 class Engine;
 
-// What a receive matches on, besides the source.
-struct MatchKey {
-  std::uint32_t group_id = 0;
-  std::uint32_t group_sig = 0;
-  int tag = 0;
-  std::uint8_t channel = 0;
-};
+// What a receive matches on, besides the source (transport/envelope.hpp).
+using transport::MatchKey;
 
 using PostedHook = boost::intrusive::list_member_hook<>;
 }  // namespace shmdist::engine

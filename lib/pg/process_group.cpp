@@ -253,7 +253,7 @@ void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int t
   check_tag(tag, "send");
   const auto& info = resolve_member(s, group, "send");
   check_peer(s, info, dst, "send", "destination", false);
-  s.engine->send(tensor, dst, key_for(info, tag, ring::kUserChannel));
+  s.engine->send(tensor, dst, key_for(info, tag, transport::kUserChannel));
 }
 
 int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
@@ -262,7 +262,7 @@ int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
   check_tag(tag, "recv");
   const auto& info = resolve_member(s, group, "recv");
   check_peer(s, info, src, "recv", "source", true);
-  return s.engine->recv(tensor, src, key_for(info, tag, ring::kUserChannel), info.members);
+  return s.engine->recv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members);
 }
 
 Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
@@ -271,7 +271,7 @@ Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int 
   check_tag(tag, "isend");
   const auto& info = resolve_member(s, group, "isend");
   check_peer(s, info, dst, "isend", "destination", false);
-  return Work(s.engine->isend(tensor, dst, key_for(info, tag, ring::kUserChannel)));
+  return Work(s.engine->isend(tensor, dst, key_for(info, tag, transport::kUserChannel)));
 }
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
@@ -280,7 +280,7 @@ Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
   check_tag(tag, "irecv");
   const auto& info = resolve_member(s, group, "irecv");
   check_peer(s, info, src, "irecv", "source", true);
-  return Work(s.engine->irecv(tensor, src, key_for(info, tag, ring::kUserChannel), info.members));
+  return Work(s.engine->irecv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members));
 }
 
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
@@ -300,7 +300,7 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
   std::vector<Work> works;
   works.reserve(ops.size());
   for (const P2POp& op : ops) {
-    const auto key = key_for(*first, op.tag, ring::kUserChannel);
+    const auto key = key_for(*first, op.tag, transport::kUserChannel);
     if (op.op == P2POp::Kind::Send)
       works.push_back(Work(s.engine->isend(op.tensor, op.peer, key)));
     else
@@ -323,7 +323,7 @@ void ProcessGroup::barrier(const Group& group) {
   for (int step = 1; step < n; step <<= 1, ++round) {
     const int to = info.members[(me + step) % n];
     const int from = info.members[(me - step + n) % n];
-    const auto key = key_for(info, round, ring::kInternalChannel);
+    const auto key = key_for(info, round, transport::kInternalChannel);
     s.engine->send(token, to, key);
     s.engine->recv(sink, from, key, info.members, false, engine::kBlockedBarrier);
   }
@@ -349,7 +349,7 @@ std::vector<std::byte> ProcessGroup::recv_bytes(int src, const Group& group, int
   check_peer(s, info, src, "recv_bytes", "source", true);
   Tensor t = empty({0}, kUInt8);
   const int from =
-      s.engine->recv(t, src, key_for(info, tag, ring::kUserChannel), info.members, true);
+      s.engine->recv(t, src, key_for(info, tag, transport::kUserChannel), info.members, true);
   if (source) *source = from;
   const auto* p = static_cast<const std::byte*>(t.data_ptr());
   return std::vector<std::byte>(p, p + t.nbytes());

@@ -30,7 +30,7 @@ namespace shmdist::ring {
 inline constexpr std::size_t kRecordAlign = 64;
 
 enum class RecordKind : std::uint16_t {
-  Start = 1,         // payload begins with a MessageHeader (frame.hpp)
+  Start = 1,         // payload begins with a message header (transport/frame.hpp)
   Continuation = 2,  // more payload bytes of the message in progress
 };
 

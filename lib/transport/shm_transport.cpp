@@ -171,19 +171,19 @@ void ShmTransport::consume_record(int src, const ring::RecordHeader& rec_in_ring
   // Read the header fields once: the peer's memory is untrusted and could change under us.
   ring::RecordHeader rec;
   std::memcpy(&rec, &rec_in_ring, sizeof rec);
-  ring::check_record(rec.kind, rec.length, consumer.max_record_length(), in.in_message,
+  check_record(rec.kind, rec.length, consumer.max_record_length(), in.in_message,
                      in.remaining, src);
   std::uint64_t offset = 0;
   if (rec.kind == static_cast<std::uint16_t>(ring::RecordKind::Start)) {
-    ring::MessageHeader raw;
+    MessageHeader raw;
     std::memcpy(&raw, consumer.payload_prefix(), sizeof raw);  // within the first 64 bytes
-    const Envelope env = ring::decode_header(raw, rec.length, src);
+    const Envelope env = decode_header(raw, rec.length, src);
     InboundSink* sink = handler.on_message_start(env);  // may throw: record stays for later
     in.sink = sink;
     in.env = env;
     in.remaining = env.nbytes;
     in.in_message = true;
-    offset = sizeof(ring::MessageHeader);
+    offset = sizeof(MessageHeader);
   }
   const std::uint64_t n = rec.length - offset;
   if (n > 0) {
@@ -209,15 +209,12 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   // ring's own length limit, which is checked here.
   ring::RecordHeader rec;
   std::memcpy(&rec, in_ring, sizeof rec);
-  ring::MessageHeader raw;
+  MessageHeader raw;
   std::memcpy(&raw, consumer.payload_prefix(), sizeof raw);
   const bool exact = rec.kind == static_cast<std::uint16_t>(ring::RecordKind::Start) &&
                      rec.length == sizeof raw + want.env.nbytes &&
-                     rec.length <= consumer.max_record_length() && raw.tag == want.env.tag &&
-                     raw.group_id == want.env.group_id && raw.group_sig == want.env.group_sig &&
-                     raw.channel == want.env.channel &&
-                     raw.dtype == static_cast<std::uint8_t>(want.env.dtype) &&
-                     raw.numel == want.env.numel && raw.nbytes == want.env.nbytes;
+                     rec.length <= consumer.max_record_length() &&
+                     raw == encode_header(want.env);
   if (!exact) return DirectResult::Other;
   if (want.env.nbytes) consumer.copy_payload(sizeof raw, want.dest, want.env.nbytes);
   consumer.release(rec.length);
@@ -282,9 +279,9 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
   ring::RingProducer& producer = producers_[dst];
   // The common case first: the whole message fits in one record, and there is room now.
   if (!msg.started) {
-    const std::size_t total = sizeof(ring::MessageHeader) + msg.env.nbytes;
+    const std::size_t total = sizeof(MessageHeader) + msg.env.nbytes;
     if (total <= chunk_ && producer.writable(total) >= total) {
-      const ring::MessageHeader header = ring::encode_header(msg.env);
+      const MessageHeader header = encode_header(msg.env);
       producer.publish_with_header<sizeof header>(ring::RecordKind::Start, &header,
                                                   {msg.next, msg.env.nbytes});
       msg.started = true;
@@ -297,7 +294,7 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
   bool moved = false;
   while (!msg.done()) {
     const std::uint64_t remaining = msg.env.nbytes - msg.sent;
-    const std::size_t prefix = msg.started ? 0 : sizeof(ring::MessageHeader);
+    const std::size_t prefix = msg.started ? 0 : sizeof(MessageHeader);
     const std::size_t want = prefix + static_cast<std::size_t>(std::min<std::uint64_t>(
                                           remaining, chunk_ - prefix));
     const std::size_t room = producer.writable(want);
@@ -305,9 +302,9 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
     const std::size_t n = std::min(room, want) - prefix;
     const std::span<const std::byte> payload(msg.next, n);
     if (!msg.started) {
-      const ring::MessageHeader header = ring::encode_header(msg.env);
+      const MessageHeader header = encode_header(msg.env);
       producer.publish(ring::RecordKind::Start,
-                       std::as_bytes(std::span<const ring::MessageHeader, 1>(&header, 1)), payload);
+                       std::as_bytes(std::span<const MessageHeader, 1>(&header, 1)), payload);
       msg.started = true;
     } else {
       producer.publish(ring::RecordKind::Continuation, {}, payload);

@@ -10,6 +10,7 @@
 
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
+#include "transport/frame.hpp"
 #include "transport/transport.hpp"
 #include "wait/doorbell.hpp"
 

@@ -12,11 +12,9 @@
 #include <cstdint>
 #include <string>
 
-#include "ring/frame.hpp"
+#include "transport/envelope.hpp"
 
 namespace shmdist::transport {
-
-using ring::Envelope;
 
 // Where an incoming message's bytes go. Owned by the engine; the transport writes
 // bytes at dest + received and advances `received`. The engine may repoint `dest`

@@ -9,14 +9,14 @@
 
 #include <shmdist/errors.hpp>
 
-#include "ring/frame.hpp"
+#include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 #include "transport/shm_transport.hpp"
 
 using namespace shmdist;
-using ring::Envelope;
-using ring::MessageHeader;
+using transport::Envelope;
+using transport::MessageHeader;
 using ring::RecordKind;
 
 namespace {
@@ -35,11 +35,11 @@ bool peer_failure_says(const std::function<void()>& f, const std::string& words)
 
 MessageHeader header(std::uint64_t numel, DType dtype = kInt32, int tag = 0) {
   Envelope env;
-  env.tag = tag;
+  env.key.tag = tag;
   env.dtype = dtype;
   env.numel = numel;
   env.nbytes = numel * element_size(dtype);
-  return ring::encode_header(env);
+  return transport::encode_header(env);
 }
 
 constexpr std::uint64_t kStart = static_cast<std::uint16_t>(RecordKind::Start);
@@ -51,25 +51,25 @@ BOOST_AUTO_TEST_SUITE(hostile_frames)
 
 BOOST_AUTO_TEST_CASE(decode_header_accepts_what_encode_header_writes) {
   Envelope env;
-  env.group_id = 3;
-  env.group_sig = 0xabcdef;
-  env.tag = 77;
-  env.channel = ring::kInternalChannel;
+  env.key.group_id = 3;
+  env.key.group_sig = 0xabcdef;
+  env.key.tag = 77;
+  env.key.channel = transport::kInternalChannel;
   env.dtype = kFloat64;
   env.numel = 10;
   env.nbytes = 80;
-  const Envelope back = ring::decode_header(ring::encode_header(env), 32 + 80, 5);
+  const Envelope back = transport::decode_header(transport::encode_header(env), 32 + 80, 5);
   BOOST_TEST(back.src == 5);
-  BOOST_TEST(back.group_id == 3u);
-  BOOST_TEST(back.group_sig == 0xabcdefu);
-  BOOST_TEST(back.tag == 77);
-  BOOST_TEST(back.channel == ring::kInternalChannel);
+  BOOST_TEST(back.key.group_id == 3u);
+  BOOST_TEST(back.key.group_sig == 0xabcdefu);
+  BOOST_TEST(back.key.tag == 77);
+  BOOST_TEST(back.key.channel == transport::kInternalChannel);
   BOOST_TEST((back.dtype == kFloat64));
   BOOST_TEST(back.numel == 10u);
   BOOST_TEST(back.nbytes == 80u);
   // An empty message, and a first record carrying only part of a message.
-  ring::decode_header(header(0), 32, 1);
-  ring::decode_header(header(1000), 32 + 100, 1);
+  transport::decode_header(header(0), 32, 1);
+  transport::decode_header(header(1000), 32 + 100, 1);
 }
 
 BOOST_AUTO_TEST_CASE(decode_header_refuses_impossible_fields) {
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(decode_header_refuses_impossible_fields) {
   };
   for (const Case& c : cases) {
     BOOST_TEST_CONTEXT(c.what) {
-      peer_failure_says([&] { ring::decode_header(c.raw, c.record_length, 3); },
+      peer_failure_says([&] { transport::decode_header(c.raw, c.record_length, 3); },
                         "corrupt frame from rank 3: " + c.words);
     }
   }
@@ -117,22 +117,22 @@ BOOST_AUTO_TEST_CASE(decode_header_refuses_impossible_fields) {
 
 BOOST_AUTO_TEST_CASE(check_record_refuses_records_out_of_sequence) {
   const std::uint64_t max = 4096 - 64 - 16;
-  ring::check_record(kStart, 32, max, false, 0, 2);
-  ring::check_record(kCont, 100, max, true, 100, 2);
-  peer_failure_says([&] { ring::check_record(kStart, max + 1, max, false, 0, 2); },
+  transport::check_record(kStart, 32, max, false, 0, 2);
+  transport::check_record(kCont, 100, max, true, 100, 2);
+  peer_failure_says([&] { transport::check_record(kStart, max + 1, max, false, 0, 2); },
                     "a record of 4017 bytes in a ring that holds at most 4016");
-  peer_failure_says([&] { ring::check_record(kStart, 0xffffffff, max, false, 0, 2); },
+  peer_failure_says([&] { transport::check_record(kStart, 0xffffffff, max, false, 0, 2); },
                     "a record of 4294967295 bytes");
-  peer_failure_says([&] { ring::check_record(kStart, 32, max, true, 50, 2); },
+  peer_failure_says([&] { transport::check_record(kStart, 32, max, true, 50, 2); },
                     "a new message while 50 bytes of the previous one were still due");
-  peer_failure_says([&] { ring::check_record(kCont, 10, max, false, 0, 2); },
+  peer_failure_says([&] { transport::check_record(kCont, 10, max, false, 0, 2); },
                     "a continuation record outside any message");
-  peer_failure_says([&] { ring::check_record(kCont, 0, max, true, 10, 2); },
+  peer_failure_says([&] { transport::check_record(kCont, 0, max, true, 10, 2); },
                     "a continuation of 0 bytes when 10 were due");
-  peer_failure_says([&] { ring::check_record(kCont, 11, max, true, 10, 2); },
+  peer_failure_says([&] { transport::check_record(kCont, 11, max, true, 10, 2); },
                     "a continuation of 11 bytes when 10 were due");
   for (std::uint16_t kind : {0, 3, 0x7fff, 0xffff})
-    peer_failure_says([&] { ring::check_record(kind, 16, max, false, 0, 2); },
+    peer_failure_says([&] { transport::check_record(kind, 16, max, false, 0, 2); },
                       "record kind " + std::to_string(kind) + ", expected 1 (start)");
 }
 

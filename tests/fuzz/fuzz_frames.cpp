@@ -22,7 +22,7 @@
 
 #include <shmdist/errors.hpp>
 
-#include "ring/frame.hpp"
+#include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 #include "transport/shm_transport.hpp"
@@ -45,7 +45,7 @@ struct GuardedHandler : transport::InboundHandler {
   std::vector<std::unique_ptr<transport::InboundSink>> sinks;
   std::vector<std::uint64_t> sizes;
   transport::InboundSink* on_message_start(const transport::Envelope& env) override {
-    require(env.nbytes <= ring::kMaxMessageBytes && env.src == 0);
+    require(env.nbytes <= transport::kMaxMessageBytes && env.src == 0);
     if (env.nbytes > kMaxAccepted) throw Error("message too large for the fuzz handler");
     buffers.push_back(std::make_unique<std::vector<unsigned char>>(env.nbytes + kGuard, 0xA5));
     sinks.push_back(std::make_unique<transport::InboundSink>());
@@ -126,7 +126,7 @@ void fuzz_segment(const std::uint8_t* data, std::size_t size) {
 }
 
 void fuzz_header(const std::uint8_t* data, std::size_t size) {
-  ring::MessageHeader raw{};
+  transport::MessageHeader raw{};
   std::uint64_t record_length = 0, remaining = 0;
   std::uint16_t kind = 0;
   std::uint8_t in_message = 0;
@@ -142,17 +142,17 @@ void fuzz_header(const std::uint8_t* data, std::size_t size) {
   data += sizeof kind;
   in_message = *data & 1;
   try {
-    const transport::Envelope env = ring::decode_header(raw, record_length, 3);
+    const transport::Envelope env = transport::decode_header(raw, record_length, 3);
     require(static_cast<int>(env.dtype) >= 0 && static_cast<int>(env.dtype) < kNumDTypes);
-    require(env.tag >= 0 && env.channel <= ring::kInternalChannel);
-    require(env.nbytes <= ring::kMaxMessageBytes);
+    require(env.key.tag >= 0 && env.key.channel <= transport::kInternalChannel);
+    require(env.nbytes <= transport::kMaxMessageBytes);
     require(env.numel * element_size(env.dtype) == env.nbytes);
     require(record_length >= sizeof raw && record_length - sizeof raw <= env.nbytes);
   } catch (const PeerFailure&) {
   }
   const std::uint64_t max_length = kRingSize - ring::kRecordAlign - sizeof(ring::RecordHeader);
   try {
-    ring::check_record(kind, record_length, max_length, in_message, remaining, 3);
+    transport::check_record(kind, record_length, max_length, in_message, remaining, 3);
     require(record_length <= max_length);
     require(kind == 1 || kind == 2);
     require(kind == 1 ? !in_message

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ring/frame.hpp"
+#include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 
@@ -23,17 +23,17 @@ void write_seed(const std::string& dir, const std::string& name, std::uint8_t ta
   f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
 }
 
-ring::MessageHeader header(std::uint64_t numel, DType dtype, int tag) {
-  ring::Envelope env;
-  env.tag = tag;
+transport::MessageHeader header(std::uint64_t numel, DType dtype, int tag) {
+  transport::Envelope env;
+  env.key.tag = tag;
   env.dtype = dtype;
   env.numel = numel;
   env.nbytes = numel * element_size(dtype);
-  return ring::encode_header(env);
+  return transport::encode_header(env);
 }
 
 // A ring holding messages written by the real producer.
-using Messages = std::vector<std::pair<ring::MessageHeader, std::size_t>>;  // header, bytes
+using Messages = std::vector<std::pair<transport::MessageHeader, std::size_t>>;  // header, bytes
 
 std::vector<std::byte> ring_with(const Messages& msgs, std::size_t chunk) {
   segment::RingControl control{};
@@ -50,7 +50,7 @@ std::vector<std::byte> ring_with(const Messages& msgs, std::size_t chunk) {
       const std::span<const std::byte> part(payload.data() + sent, n);
       if (!started)
         producer.publish(ring::RecordKind::Start,
-                         std::as_bytes(std::span<const ring::MessageHeader, 1>(&h, 1)), part);
+                         std::as_bytes(std::span<const transport::MessageHeader, 1>(&h, 1)), part);
       else
         producer.publish(ring::RecordKind::Continuation, {}, part);
       started = true;
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   write_seed(dir, "segment-header-only-padded", 1, padded.data(), padded.size());
 
   struct {
-    ring::MessageHeader h;
+    transport::MessageHeader h;
     std::uint64_t record_length, remaining;
     std::uint16_t kind;
     std::uint8_t in_message;

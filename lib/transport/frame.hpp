@@ -1,4 +1,5 @@
-// Message frames: what a Start record's payload begins with, and how to check it.
+// Message frames: how an Envelope travels in a ring's records. A Start record's payload
+// begins with a MessageHeader; this file encodes it and checks what comes back.
 // A message is one Start record (MessageHeader + the first payload bytes) followed by as many
 // Continuation records as its size needs. Everything read from a ring is untrusted: decoding
 // checks every field and reports a corrupt frame as an exception, never reads out of bounds.
@@ -11,8 +12,9 @@
 #include <shmdist/tensor.hpp>
 
 #include "ring/ring.hpp"
+#include "transport/envelope.hpp"
 
-namespace shmdist::ring {
+namespace shmdist::transport {
 
 struct MessageHeader {
   std::uint32_t group_id;   // 0 = world; new_group() numbers groups in creation order
@@ -23,33 +25,20 @@ struct MessageHeader {
   std::uint16_t reserved1;
   std::uint64_t numel;
   std::uint64_t nbytes;
+  friend bool operator==(const MessageHeader&, const MessageHeader&) = default;
 };
 static_assert(sizeof(MessageHeader) == 32);
 
 // Largest message the protocol accepts (1 TiB): a bigger nbytes can only come from corruption.
 inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
-inline constexpr std::uint8_t kUserChannel = 0;
-inline constexpr std::uint8_t kInternalChannel = 1;
-
-// Who sent a message and what it carries: the matching key plus the data description.
-struct Envelope {
-  int src = -1;  // global rank
-  std::uint32_t group_id = 0;
-  std::uint32_t group_sig = 0;
-  int tag = 0;
-  std::uint8_t channel = 0;
-  DType dtype = DType::UInt8;
-  std::uint64_t numel = 0;
-  std::uint64_t nbytes = 0;
-};
 
 inline MessageHeader encode_header(const Envelope& env) {
   MessageHeader h{};
-  h.group_id = env.group_id;
-  h.group_sig = env.group_sig;
-  h.tag = env.tag;
+  h.group_id = env.key.group_id;
+  h.group_sig = env.key.group_sig;
+  h.tag = env.key.tag;
   h.dtype = static_cast<std::uint8_t>(env.dtype);
-  h.channel = env.channel;
+  h.channel = env.key.channel;
   h.numel = env.numel;
   h.nbytes = env.nbytes;
   return h;
@@ -73,10 +62,7 @@ inline Envelope decode_header(const MessageHeader& raw, std::uint64_t record_len
     reject_header(raw, record_length, src);
   Envelope env;
   env.src = src;
-  env.group_id = raw.group_id;
-  env.group_sig = raw.group_sig;
-  env.tag = raw.tag;
-  env.channel = raw.channel;
+  env.key = {raw.group_id, raw.group_sig, raw.tag, raw.channel};
   env.dtype = static_cast<DType>(raw.dtype);
   env.numel = raw.numel;
   env.nbytes = raw.nbytes;
@@ -87,8 +73,8 @@ inline Envelope decode_header(const MessageHeader& raw, std::uint64_t record_len
 // progress still owes (`in_message`: a Continuation is expected, a Start is not).
 inline void check_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_length,
                          bool in_message, std::uint64_t bytes_remaining, int src) {
-  const bool start = kind == static_cast<std::uint16_t>(RecordKind::Start);
-  const bool continuation = kind == static_cast<std::uint16_t>(RecordKind::Continuation);
+  const bool start = kind == static_cast<std::uint16_t>(ring::RecordKind::Start);
+  const bool continuation = kind == static_cast<std::uint16_t>(ring::RecordKind::Continuation);
   const bool ok = length <= max_length &&
                   (start ? !in_message
                          : continuation && in_message && length > 0 && length <= bytes_remaining);
@@ -96,4 +82,4 @@ inline void check_record(std::uint16_t kind, std::uint64_t length, std::uint64_t
     reject_record(kind, length, max_length, in_message, bytes_remaining, src);
 }
 
-}  // namespace shmdist::ring
+}  // namespace shmdist::transport

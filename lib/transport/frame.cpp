@@ -1,8 +1,6 @@
-#include "ring/frame.hpp"
+#include "transport/frame.hpp"
 
-#include "ring/ring.hpp"
-
-namespace shmdist::ring {
+namespace shmdist::transport {
 namespace {
 
 [[noreturn]] [[gnu::cold]] void corrupt(int src, const std::string& what) {
@@ -43,10 +41,10 @@ void reject_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_l
   if (length > max_length)
     corrupt(src, "a record of " + std::to_string(length) + " bytes in a ring that holds at most " +
                      std::to_string(max_length));
-  if (kind == static_cast<std::uint16_t>(RecordKind::Start))
+  if (kind == static_cast<std::uint16_t>(ring::RecordKind::Start))
     corrupt(src, "a new message while " + std::to_string(bytes_remaining) +
                      " bytes of the previous one were still due");
-  if (kind == static_cast<std::uint16_t>(RecordKind::Continuation)) {
+  if (kind == static_cast<std::uint16_t>(ring::RecordKind::Continuation)) {
     if (!in_message) corrupt(src, "a continuation record outside any message");
     corrupt(src, "a continuation of " + std::to_string(length) + " bytes when " +
                      std::to_string(bytes_remaining) + " were due");
@@ -54,4 +52,4 @@ void reject_record(std::uint16_t kind, std::uint64_t length, std::uint64_t max_l
   corrupt(src, "record kind " + std::to_string(kind) + ", expected 1 (start) or 2 (continuation)");
 }
 
-}  // namespace shmdist::ring
+}  // namespace shmdist::transport
