@@ -13,9 +13,13 @@ if(SHMDIST_SANITIZE STREQUAL "address")
 elseif(SHMDIST_SANITIZE STREQUAL "thread")
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
-  # GCC warns that ThreadSanitizer does not model std::atomic_thread_fence. Our fences only
-  # order the doorbell's Dekker handshake (wait/doorbell.hpp); every data hand-off is a
-  # release/acquire pair on an atomic, which TSan does check. So the warning is expected.
+  # GCC warns that ThreadSanitizer does not model std::atomic_thread_fence. Our seq_cst fences
+  # order two store-buffering handshakes, the doorbell's (wait/doorbell.hpp) and the ready
+  # hints' (ShmTransport::notify_after_publishing, clear_hint_if_empty), and release/acquire
+  # fences order the blocked-on seqlock (set_blocked, job::snapshot_ranks). Every access those
+  # fences order is atomic, and every data hand-off is a release/acquire pair on an atomic,
+  # which TSan does check; what it cannot check is a missed wake-up or a torn snapshot, which
+  # the stress tests look for. So the warning is expected.
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-Wno-tsan SHMDIST_HAVE_WNO_TSAN)
   if(SHMDIST_HAVE_WNO_TSAN)

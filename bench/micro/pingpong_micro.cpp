@@ -110,7 +110,7 @@ void notify(shmdist::segment::RankControl& receiver, int sender) {
   auto& word = receiver.ready[sender / 64];
   const std::uint64_t bit = std::uint64_t{1} << (sender % 64);
   if (!(word.load(std::memory_order_relaxed) & bit)) word.fetch_or(bit, std::memory_order_relaxed);
-  if (receiver.armed.load(std::memory_order_relaxed) != 0) shmdist::wait::wake(receiver);
+  if (receiver.armed.load(std::memory_order_relaxed) != 0) shmdist::wait::wake(receiver.doorbell_seq);
 }
 
 void BM_RingStream(benchmark::State& state) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/operation.hpp"
+#include "segment/layout.hpp"
 #include "transport/transport.hpp"
 #include "wait/spin.hpp"
 
@@ -25,15 +26,14 @@ namespace shmdist::engine {
 using Clock = std::chrono::steady_clock;
 using detail::Operation;
 
-// Codes for BlockedInfo::op (shown in hang reports).
-enum BlockedOp : std::uint32_t {
-  kBlockedSend = 1,
-  kBlockedRecv = 2,
-  kBlockedWait = 3,
-  kBlockedBarrier = 4,
-  kBlockedDestroy = 5,
-};
-const char* blocked_op_name(std::uint32_t op);
+// Codes for BlockedInfo::op (shown in hang reports): they live beside the shared record.
+using segment::blocked_op_name;
+using segment::BlockedOp;
+using segment::kBlockedBarrier;
+using segment::kBlockedDestroy;
+using segment::kBlockedRecv;
+using segment::kBlockedSend;
+using segment::kBlockedWait;
 
 // Which peers a wait depends on, for error texts and peer checks.
 struct WaitFocus {

@@ -5,17 +5,6 @@
 
 namespace shmdist::engine {
 
-const char* blocked_op_name(std::uint32_t op) {
-  switch (op) {
-    case kBlockedSend: return "send";
-    case kBlockedRecv: return "recv";
-    case kBlockedWait: return "Work::wait";
-    case kBlockedBarrier: return "barrier";
-    case kBlockedDestroy: return "destroy_process_group";
-    default: return "-";
-  }
-}
-
 bool Engine::progress(int preferred, bool full_scan) {
   bool moved = transport_->poll(*this, preferred, full_scan);
   if (!sending_to_.empty()) moved |= push_sends();

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <functional>
 
-#include "engine/engine.hpp"
 #include "segment/job_state.hpp"
 
 namespace shmdist::job {
@@ -97,7 +96,7 @@ void print_hang_report(const segment::Segment& seg, std::ostream& out, const std
     const std::string peer = s.op == 0 ? "-" : s.peer < 0 ? "any" : std::to_string(s.peer);
     std::snprintf(line, sizeof line, "  %-5d %-8d %-11s %-22s %-5s %-6s %-6s %-10s %-8u %s\n",
                   s.rank, s.pid, state_name(s.state),
-                  s.op ? engine::blocked_op_name(s.op) : "- (not in a blocking call)",
+                  s.op ? segment::blocked_op_name(s.op) : "- (not in a blocking call)",
                   peer.c_str(), s.op ? std::to_string(s.group).c_str() : "-",
                   s.op ? std::to_string(s.tag).c_str() : "-",
                   s.op ? human_bytes(s.bytes).c_str() : "-", s.pending_ops,
@@ -127,7 +126,7 @@ void print_hang_report(const segment::Segment& seg, std::ostream& out, const std
       const int r = (*cycle)[i];
       const int p = (*cycle)[(i + 1) % cycle->size()];
       out << (i ? ", " : "") << "rank " << r << " waits for rank " << p << " ("
-          << engine::blocked_op_name(ranks[r].op) << ")";
+          << segment::blocked_op_name(ranks[r].op) << ")";
     }
     out << "\n";
   }

@@ -15,7 +15,7 @@ struct RankSnapshot {
   int rank = -1;
   int pid = 0;
   std::uint32_t state = 0;   // segment::RankState
-  std::uint32_t op = 0;      // engine::BlockedOp, 0 = not blocked
+  std::uint32_t op = 0;      // segment::BlockedOp, 0 = not blocked
   int peer = -1;
   std::uint32_t group = 0;
   int tag = 0;

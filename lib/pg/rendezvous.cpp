@@ -10,7 +10,7 @@
 
 #include "pg/env.hpp"
 #include "segment/segment.hpp"
-#include "wait/liveness.hpp"
+#include "pg/process_alive.hpp"
 
 namespace shmdist::detail {
 namespace {
@@ -41,11 +41,11 @@ std::uint64_t ring_size_for(int world) {
 bool is_stale(const segment::Segment& seg, int rank, const std::string& job_id) {
   const auto& h = seg.header();
   if (h.attached.load(std::memory_order_acquire) >= h.world_size) return true;
-  if (!wait::process_alive(h.creator_pid)) return true;
+  if (!process_alive(h.creator_pid)) return true;
   const auto& rc = seg.rank_control(rank);
   if (rc.state.load(std::memory_order_acquire) != 0) {
     const int pid = rc.pid.load(std::memory_order_relaxed);
-    if (!wait::process_alive(pid)) return true;
+    if (!process_alive(pid)) return true;
     throw SetupError("rank " + std::to_string(rank) + " of the job '" + job_id +
                      "' is already taken by the live process " + std::to_string(pid) +
                      ": two jobs use the same identity. Give each job its own MASTER_PORT.");

@@ -121,7 +121,7 @@ void record_job_abort(const Segment& seg, AbortReason reason) {
 }
 
 void wake_all(const Segment& seg) {
-  for (int r = 0; r < seg.world_size(); ++r) wait::wake(seg.rank_control(r));
+  for (int r = 0; r < seg.world_size(); ++r) wait::wake(seg.rank_control(r).doorbell_seq);
 }
 
 std::int64_t wall_clock_ns() {

@@ -85,10 +85,33 @@ enum class RankState : std::uint32_t {
   Ended = 3,      // its process or thread ended without finalizing; see end_kind/end_code
 };
 
-// What a rank is blocked on, for hang reports (operation codes in wait/blocked_on.hpp).
+// BlockedOn::op: the blocking call a rank is in. New codes go at the end (the numbers are
+// shared between a rank and its launcher; changing one needs a kLayoutVersion bump).
+enum BlockedOp : std::uint32_t {
+  kNotBlocked = 0,
+  kBlockedSend = 1,
+  kBlockedRecv = 2,
+  kBlockedWait = 3,
+  kBlockedBarrier = 4,
+  kBlockedDestroy = 5,
+};
+
+// The name of the call a BlockedOp code stands for, as hang reports and errors print it.
+constexpr const char* blocked_op_name(std::uint32_t op) {
+  switch (op) {
+    case kBlockedSend: return "send";
+    case kBlockedRecv: return "recv";
+    case kBlockedWait: return "Work::wait";
+    case kBlockedBarrier: return "barrier";
+    case kBlockedDestroy: return "destroy_process_group";
+    default: return "-";
+  }
+}
+
+// What a rank is blocked on, for hang reports.
 struct BlockedOn {
   std::atomic<std::uint32_t> version;  // odd while being written (seqlock)
-  std::atomic<std::uint32_t> op;       // 0 = not blocked
+  std::atomic<std::uint32_t> op;       // BlockedOp, kNotBlocked = 0
   std::atomic<std::int32_t> peer;      // global rank, -1 = any source
   std::atomic<std::uint32_t> group;    // group id
   std::atomic<std::int32_t> tag;

@@ -20,6 +20,8 @@ using segment::RankControl;
 using segment::RankState;
 
 namespace {
+wait::DoorbellWords doorbell_of(RankControl& rc) { return {&rc.doorbell_seq, &rc.armed}; }
+
 // A record below this size is not worth writing while more bytes are due: wait for space.
 constexpr std::size_t kMinUsefulRecord = 4096;
 // Records taken from one ring per poll before moving on (fairness between sources).
@@ -49,12 +51,14 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
       supervised_(supervised),
       world_(segment_->world_size()),
       own_(&segment_->rank_control(rank)),
-      doorbell_(*own_, segment_->header().sleeping),
+      doorbell_(doorbell_of(*own_), segment_->header().sleeping),
       producers_(world_),
       consumers_(world_),
       inbound_(world_),
       pidfds_(world_, -1),
       dead_(world_, false) {
+  for (int peer = 0; peer < world_; ++peer)
+    if (peer != rank_) peers_.push_back(peer);
   const std::uint64_t ring_size = segment_->ring_size();
   chunk_ = static_cast<std::size_t>(std::min<std::uint64_t>(ring_size / 8, 64 << 10));
   for (int peer = 0; peer < world_; ++peer) {
@@ -88,6 +92,33 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
 ShmTransport::~ShmTransport() {
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
+}
+
+// ---- waking peers ---------------------------------------------------------------------------
+
+// The notifier half of the doorbell protocol (wait/doorbell.hpp), written once. Call it after
+// this rank has published, with release stores, something each rank in `owners` may wait
+// for: records (their stamps), freed ring space (a consumer's tail), our Finalized state.
+//
+// One seq_cst fence (F_n) for all owners, then for each: `before_look(owner)` (the sender's
+// half of the ready-hint protocol, see clear_hint_if_empty), and a relaxed load of its
+// `armed`, waking it if set. Why that is enough, in the C++ memory model: the owner stores
+// armed = 1, issues its own seq_cst fence F_w, then re-checks every condition. All seq_cst
+// fences lie in one total order S. If F_w precedes F_n in S, our load of `armed`, sequenced
+// after F_n, cannot read a value older than the owner's store sequenced before F_w
+// ([atomics.order]: the fence-fence rule), so we see it armed and wake it. If F_n precedes
+// F_w, the owner's re-checks after F_w cannot read values older than our publications before
+// F_n, so it sees what we published and does not sleep. The same argument, with the
+// receiver's fence in clear_hint_if_empty for F_w, covers the ready hints. Sharing one fence
+// between several owners and both protocols changes nothing: each pair of fences is ordered.
+template <class BeforeLook>
+void ShmTransport::notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // F_n
+  for (const int owner : owners) {
+    RankControl& rc = segment_->rank_control(owner);
+    before_look(rc);
+    wait::wake_if_armed(doorbell_of(rc));
+  }
 }
 
 // ---- inbound --------------------------------------------------------------------------------
@@ -137,13 +168,20 @@ bool ShmTransport::scan_hinted(InboundHandler& handler, int skip, int lo, int hi
 
 // Clears a source's hint, then looks again: a sender that published before our clear but
 // read the hint as still set did not set it again, so the second look must find its record.
-// (The sender fences between publishing and reading the hint; fetch_and is a full barrier.)
+// The receiver's half of a store-buffering handshake: we clear (an RMW), fence seq_cst, then
+// load the stamp; the sender stores its stamp (release), fences seq_cst (F_n in
+// notify_after_publishing), then loads the hint. The two fences are ordered in S: if ours
+// comes first, the sender's hint load sees our clear (or later) and sets the bit again; if
+// the sender's comes first, our peek sees its stamp. A seq_cst RMW followed by an acquire
+// load of another object gives no such guarantee in the C++ model, hence the fence (a cold
+// path: it runs only after kEmptyPollsBeforeClear empty polls of that source).
 void ShmTransport::clear_hint_if_empty(int src) {
   auto& word = own_->ready[src / 64];
   const std::uint64_t bit = std::uint64_t{1} << (src % 64);
   if (!(word.load(std::memory_order_relaxed) & bit)) return;
   if (inbound_[src].in_message) return;  // keep hinting while a message streams in
-  word.fetch_and(~bit, std::memory_order_seq_cst);
+  word.fetch_and(~bit, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   inbound_[src].empty_polls = 0;
   if (consumers_[src].peek() != nullptr) word.fetch_or(bit, std::memory_order_relaxed);
 }
@@ -221,9 +259,7 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   // Publish the freed space and wake the producer if it sleeps for space: flush() for this
   // one ring (an earlier poll may have left others to publish; they go in the next flush).
   consumer.publish();
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  RankControl& producer = segment_->rank_control(src);
-  if (producer.armed.load(std::memory_order_relaxed) != 0) wait::wake(producer);
+  notify_after_publishing(std::span<const int>(&src, 1), [](RankControl&) {});
   return DirectResult::Received;
 }
 
@@ -263,13 +299,8 @@ void ShmTransport::flush() {
     consumers_[src].publish();
     inbound_[src].dirty = false;
   }
-  // One fence for all rings, then wake each producer that sleeps waiting for space
-  // (the doorbell protocol of wait/doorbell.hpp, with the fence shared).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int src : dirty_sources_) {
-    RankControl& producer = segment_->rank_control(src);
-    if (producer.armed.load(std::memory_order_relaxed) != 0) wait::wake(producer);
-  }
+  // One fence for all rings, then wake each producer that sleeps waiting for space.
+  notify_after_publishing(dirty_sources_, [](RankControl&) {});
   dirty_sources_.clear();
 }
 
@@ -318,15 +349,14 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
 }
 
 // After publishing records to `dst`: set its ready hint for our ring if clear, and wake it if
-// it sleeps. The fence orders our stamps before both loads (see clear_hint_if_empty and
-// wait/doorbell.hpp for the other halves of these two protocols).
+// it sleeps.
 void ShmTransport::notify_receiver(int dst) {
-  RankControl& receiver = segment_->rank_control(dst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  auto& word = receiver.ready[rank_ / 64];
   const std::uint64_t bit = std::uint64_t{1} << (rank_ % 64);
-  if (!(word.load(std::memory_order_relaxed) & bit)) word.fetch_or(bit, std::memory_order_relaxed);
-  if (receiver.armed.load(std::memory_order_relaxed) != 0) wait::wake(receiver);
+  notify_after_publishing(std::span<const int>(&dst, 1), [&](RankControl& receiver) {
+    auto& word = receiver.ready[rank_ / 64];
+    if (!(word.load(std::memory_order_relaxed) & bit))
+      word.fetch_or(bit, std::memory_order_relaxed);
+  });
 }
 
 // ---- peers and job state --------------------------------------------------------------------
@@ -421,10 +451,7 @@ void ShmTransport::clear_blocked() {
 void ShmTransport::mark_finalized() {
   own_->state.store(static_cast<std::uint32_t>(RankState::Finalized), std::memory_order_release);
   // Peers blocked on us (waiting for a message, or for everyone to finalize) must look again.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int peer = 0; peer < world_; ++peer)
-    if (peer != rank_ && segment_->rank_control(peer).armed.load(std::memory_order_relaxed))
-      wait::wake(segment_->rank_control(peer));
+  notify_after_publishing(peers_, [](RankControl&) {});
 }
 
 }  // namespace shmdist::transport

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,8 @@ class ShmTransport final : public Transport {
   bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
   void clear_hint_if_empty(int src);
   void notify_receiver(int dst);
+  template <class BeforeLook>
+  void notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look);
   bool peer_alive(int peer);
 
   std::shared_ptr<segment::Segment> segment_;
@@ -80,6 +83,7 @@ class ShmTransport final : public Transport {
   std::vector<ring::RingProducer> producers_;  // by destination
   std::vector<ring::RingConsumer> consumers_;  // by source
   std::vector<Inbound> inbound_;               // by source
+  std::vector<int> peers_;  // every rank but this one
   std::vector<int> dirty_sources_;
   std::vector<int> pidfds_;   // by peer, opened lazily (unsupervised jobs only)
   std::vector<bool> dead_;    // by peer: its process is known to have ended

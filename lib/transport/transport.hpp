@@ -66,7 +66,7 @@ struct PeerState {
 
 // What a blocked call waits for, published for hang reports.
 struct BlockedInfo {
-  std::uint32_t op = 0;  // wait/blocked_on.hpp codes
+  std::uint32_t op = 0;  // segment::BlockedOp codes (segment/layout.hpp)
   int peer = -1;
   std::uint32_t group = 0;
   int tag = 0;

@@ -1,4 +1,6 @@
-// A rank's doorbell: one futex word in its control block that every peer can ring.
+// A rank's doorbell: one futex word that every peer can ring, and an `armed` word saying the
+// owner may be asleep. Both live in the owner's control block in the shared segment
+// (segment/layout.hpp, RankControl); this layer only needs their addresses.
 //
 // The owner sleeps on it when it waits for anything (data from any peer, space in a ring to
 // any peer). The protocol is an event count; no wake-up can be lost:
@@ -26,21 +28,25 @@
 #include <climits>
 #include <cstdint>
 
-#include "segment/layout.hpp"
 #include "wait/futex.hpp"
 
 namespace shmdist::wait {
 
+// The two words of one doorbell.
+struct DoorbellWords {
+  std::atomic<std::uint32_t>* seq = nullptr;    // the futex word, bumped by every wake-up
+  std::atomic<std::uint32_t>* armed = nullptr;  // nonzero while the owner may sleep
+};
+
 // Unconditional wake-up (the launcher uses it on abort; notifiers when the owner is armed).
-inline void wake(segment::RankControl& owner) {
-  owner.doorbell_seq.fetch_add(1, std::memory_order_release);
-  futex_wake(owner.doorbell_seq, INT_MAX);
+inline void wake(std::atomic<std::uint32_t>& seq) {
+  seq.fetch_add(1, std::memory_order_release);
+  futex_wake(seq, INT_MAX);
 }
 
-// Notifier side: call after publishing, with release, something `owner` may wait for.
-inline void ring(segment::RankControl& owner) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (owner.armed.load(std::memory_order_relaxed) != 0) wake(owner);
+// Notifier side, after the fence F_n that follows the publication: wakes the owner if armed.
+inline void wake_if_armed(DoorbellWords owner) {
+  if (owner.armed->load(std::memory_order_relaxed) != 0) wake(*owner.seq);
 }
 
 // Waiter side.
@@ -50,28 +56,28 @@ class Doorbell {
   // `sleeping` counts the job's armed ranks (SegmentHeader::sleeping): spin policies read it
   // to tell how many ranks compete for the CPUs right now. It is a statistic, not part of
   // the wake-up protocol, so relaxed updates are enough.
-  Doorbell(segment::RankControl& own, std::atomic<std::uint32_t>& sleeping)
-      : own_(&own), sleeping_(&sleeping) {}
+  Doorbell(DoorbellWords own, std::atomic<std::uint32_t>& sleeping)
+      : own_(own), sleeping_(&sleeping) {}
 
   // Announces that the owner may sleep. After this, re-check every condition, then sleep()
   // with the returned sequence (or disarm() if something turned up).
   std::uint32_t arm() {
-    const std::uint32_t seq = own_->doorbell_seq.load(std::memory_order_acquire);
-    own_->armed.store(1, std::memory_order_relaxed);
+    const std::uint32_t seq = own_.seq->load(std::memory_order_acquire);
+    own_.armed->store(1, std::memory_order_relaxed);
     sleeping_->fetch_add(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return seq;
   }
   void sleep(std::uint32_t seq, std::chrono::nanoseconds timeout) {
-    futex_wait(own_->doorbell_seq, seq, timeout);
+    futex_wait(*own_.seq, seq, timeout);
   }
   void disarm() {
-    own_->armed.store(0, std::memory_order_relaxed);
+    own_.armed->store(0, std::memory_order_relaxed);
     sleeping_->fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
-  segment::RankControl* own_ = nullptr;
+  DoorbellWords own_;
   std::atomic<std::uint32_t>* sleeping_ = nullptr;
 };
 

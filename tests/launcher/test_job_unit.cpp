@@ -10,7 +10,6 @@
 
 #include <shmdist/errors.hpp>
 
-#include "engine/engine.hpp"
 #include "job/diagnosis.hpp"
 #include "job/duration.hpp"
 #include "job/spawn.hpp"
@@ -40,7 +39,7 @@ BOOST_AUTO_TEST_CASE(durations) {
 }
 
 namespace {
-job::RankSnapshot blocked(int rank, int peer, std::uint32_t op = engine::kBlockedRecv) {
+job::RankSnapshot blocked(int rank, int peer, std::uint32_t op = segment::kBlockedRecv) {
   job::RankSnapshot s;
   s.rank = rank;
   s.state = static_cast<std::uint32_t>(segment::RankState::Running);
@@ -85,8 +84,8 @@ BOOST_AUTO_TEST_CASE(hang_report_from_a_crafted_segment) {
     b.bytes.store(bytes);
     b.since_ns.store(segment::wall_clock_ns() - 1'500'000'000);
   };
-  block(0, engine::kBlockedRecv, 1, 5, 1024);
-  block(1, engine::kBlockedSend, 0, 6, 3 << 20);
+  block(0, segment::kBlockedRecv, 1, 5, 1024);
+  block(1, segment::kBlockedSend, 0, 6, 3 << 20);
   seg.ring_control(1, 0).head_hint.store(2048);  // 2 KiB unread from rank 1 to rank 0
   std::ostringstream report;
   job::print_hang_report(seg, report, "shmrun", "SIGUSR1");

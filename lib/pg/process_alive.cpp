@@ -1,4 +1,4 @@
-#include "wait/liveness.hpp"
+#include "pg/process_alive.hpp"
 
 #include <signal.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace shmdist::wait {
+namespace shmdist::detail {
 
 bool process_alive(pid_t pid) {
   if (pid <= 0) return false;
@@ -26,4 +26,4 @@ bool process_alive(pid_t pid) {
   return state != 'Z' && state != 'X' && state != 'x';
 }
 
-}  // namespace shmdist::wait
+}  // namespace shmdist::detail
