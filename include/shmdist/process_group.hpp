@@ -53,6 +53,35 @@ class ProcessGroup {
   std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops);
   void barrier(const Group& group = {});
 
+  // Collectives: semantics as the free functions of distributed.hpp.
+  Work broadcast(Tensor& tensor, int src, const Group& group = {}, bool async_op = false);
+  Work all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM, const Group& group = {},
+                  bool async_op = false);
+  Work reduce(Tensor& tensor, int dst, ReduceOp op = ReduceOp::SUM, const Group& group = {},
+              bool async_op = false);
+  Work all_gather(std::vector<Tensor>& tensor_list, const Tensor& tensor,
+                  const Group& group = {}, bool async_op = false);
+  Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group = {},
+                              bool async_op = false);
+  Work gather(const Tensor& tensor, std::vector<Tensor>& gather_list, int dst = 0,
+              const Group& group = {}, bool async_op = false);
+  Work scatter(Tensor& tensor, const std::vector<Tensor>& scatter_list, int src = 0,
+               const Group& group = {}, bool async_op = false);
+  Work reduce_scatter(Tensor& output, const std::vector<Tensor>& input_list,
+                      ReduceOp op = ReduceOp::SUM, const Group& group = {},
+                      bool async_op = false);
+  Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM,
+                             const Group& group = {}, bool async_op = false);
+  Work all_to_all(std::vector<Tensor>& output_list, const std::vector<Tensor>& input_list,
+                  const Group& group = {}, bool async_op = false);
+  Work all_to_all_single(Tensor& output, const Tensor& input,
+                         const std::vector<std::int64_t>& output_split_sizes = {},
+                         const std::vector<std::int64_t>& input_split_sizes = {},
+                         const Group& group = {}, bool async_op = false);
+  void monitored_barrier(const Group& group = {},
+                         std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                         bool wait_all_ranks = false);
+
   void send_bytes(std::span<const std::byte> bytes, int dst, const Group& group = {},
                   int tag = 0);
   int recv_bytes(std::span<std::byte> bytes, int src = ANY_SOURCE, const Group& group = {},

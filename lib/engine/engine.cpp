@@ -40,6 +40,7 @@ Engine::~Engine() {
     if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, gone);
   for (auto& queue : send_queues_)
     for (Operation* op : queue) fail_operation(*op, gone);
+  for (auto& task : tasks_) task->abandon(gone);
 }
 
 // ---- sends ----------------------------------------------------------------------------------
@@ -224,6 +225,8 @@ std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const Ma
 
 bool Engine::test(Operation& op) {
   if (op.pending()) progress(op.kind == Operation::Kind::Recv ? op.peer : -1, false);
+  // A collective that moved may complete only after its next step is posted: once more.
+  if (op.pending() && op.kind == Operation::Kind::Collective) progress(-1, false);
   return !op.pending();
 }
 
@@ -233,6 +236,12 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
     WaitFocus focus{kBlockedWait, op.peer, nullptr, op.key, op.view.nbytes};
     if (op.kind == Operation::Kind::Recv && op.peer < 0) focus.candidates = &op.candidates;
     if (op.kind == Operation::Kind::Send) focus.key = op.out.env.key;
+    std::shared_ptr<BackgroundTask> task;  // held: the engine drops it once it finishes
+    if (op.kind == Operation::Kind::Collective) {
+      task = op.task.lock();
+      focus.op = kBlockedCollective;
+      focus.task = task.get();
+    }
     const bool done = block_until([&] { return !op.pending(); }, focus, limit);
     if (!done) {
       if (timeout) return false;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/background.hpp"
 #include "engine/operation.hpp"
 #include "segment/layout.hpp"
 #include "transport/transport.hpp"
@@ -30,6 +31,7 @@ using detail::Operation;
 using segment::blocked_op_name;
 using segment::BlockedOp;
 using segment::kBlockedBarrier;
+using segment::kBlockedCollective;
 using segment::kBlockedDestroy;
 using segment::kBlockedRecv;
 using segment::kBlockedSend;
@@ -42,6 +44,7 @@ struct WaitFocus {
   const std::vector<int>* candidates = nullptr;  // any-source: the group's members (global)
   MatchKey key;
   std::uint64_t bytes = 0;
+  const BackgroundTask* task = nullptr;  // a collective: it knows whom it still waits for
 };
 
 class Engine : public transport::InboundHandler, public std::enable_shared_from_this<Engine> {
@@ -75,6 +78,9 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // draining) until every peer has finalized or ended, then reports to `report` the messages
   // that arrived and were never received, one line per peer. Never throws.
   void finalize(std::ostream& report);
+
+  // Registers a task that progress() drives until it is finished, and advances it once.
+  void add_task(std::shared_ptr<BackgroundTask> task);
 
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;
@@ -124,6 +130,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // waiting.cpp and block_until.hpp
   bool progress(int preferred, bool full_scan);
+  bool advance_tasks();
   // Spins, then sleeps, until done() (true) or the deadline (false), making progress on
   // every pending operation meanwhile. Throws PeerFailure when the wait cannot succeed.
   template <class Done>
@@ -145,6 +152,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::vector<std::deque<Operation*>> send_queues_;  // by destination
   std::vector<int> sending_to_;                    // destinations with queued sends
   std::vector<std::shared_ptr<Operation>> orphans_;  // withdrawn blocking sends still streaming
+  std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order
   std::uint64_t arrivals_ = 0;
   std::vector<int> all_peers_;
   bool finalized_ = false;

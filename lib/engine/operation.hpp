@@ -15,6 +15,7 @@
 
 namespace shmdist::engine {
 class Engine;
+class BackgroundTask;
 
 // What a receive matches on, besides the source (transport/envelope.hpp).
 using transport::MatchKey;
@@ -25,7 +26,8 @@ using PostedHook = boost::intrusive::list_member_hook<>;
 namespace shmdist::detail {
 
 struct Operation {
-  enum class Kind : std::uint8_t { Send, Recv };
+  // Collective: the completion of a BackgroundTask (lib/coll/), which sets the status.
+  enum class Kind : std::uint8_t { Send, Recv, Collective };
   enum class Status : std::uint8_t { Pending, Done, Failed };
 
   Kind kind = Kind::Send;
@@ -52,6 +54,7 @@ struct Operation {
   }
   std::weak_ptr<engine::Engine> engine;
   std::shared_ptr<Operation> keepalive;  // set while a non-blocking operation is pending
+  std::weak_ptr<engine::BackgroundTask> task;  // Collective: the task that completes it
 
   // Receive side.
   engine::MatchKey key;

@@ -4,11 +4,38 @@
 #include "engine/engine.hpp"
 
 namespace shmdist::engine {
+namespace {
+// "ranks 1, 3 have" / "rank 2 has" (global ranks).
+std::string awaited_text(const BackgroundTask& task) {
+  std::vector<int> awaited;
+  task.awaited_peers(awaited);
+  if (awaited.empty()) return "no member is missing, yet it has";
+  std::string text = awaited.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < awaited.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(awaited[i]);
+  return text + (awaited.size() == 1 ? " has" : " have");
+}
+}  // namespace
 
 bool Engine::progress(int preferred, bool full_scan) {
   bool moved = transport_->poll(*this, preferred, full_scan);
+  if (!tasks_.empty()) moved |= advance_tasks();
   if (!sending_to_.empty()) moved |= push_sends();
   transport_->flush();
+  return moved;
+}
+
+void Engine::add_task(std::shared_ptr<BackgroundTask> task) {
+  task->advance();
+  if (!task->finished()) tasks_.push_back(std::move(task));
+}
+
+// Tasks advance in start order; a task may start point-to-point operations here, which
+// push_sends (after this) and the next poll pick up.
+bool Engine::advance_tasks() {
+  bool moved = false;
+  for (std::size_t i = 0; i < tasks_.size(); ++i) moved |= tasks_[i]->advance();
+  std::erase_if(tasks_, [](const auto& t) { return t->finished(); });
   return moved;
 }
 
@@ -17,7 +44,7 @@ std::size_t Engine::pending_operations() const {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) ++n;
   for (const auto& q : send_queues_) n += q.size();
   for (const Inflight& f : inflight_) n += f.receiver != nullptr;
-  return n;
+  return n + tasks_.size();
 }
 
 void Engine::publish_blocked(const WaitFocus& focus) {
@@ -32,6 +59,7 @@ void Engine::publish_blocked(const WaitFocus& focus) {
 }
 
 std::string Engine::describe(const WaitFocus& focus) const {
+  if (focus.task) return focus.task->describe() + " on rank " + std::to_string(rank());
   std::string what = blocked_op_name(focus.op);
   if (focus.peer >= 0)
     what += (focus.op == kBlockedSend ? " to rank " : " from rank ") + std::to_string(focus.peer);
@@ -54,6 +82,9 @@ std::string Engine::describe(const WaitFocus& focus) const {
                            : "; check that some rank sends to this rank with the same tag and group";
   else if (focus.op == kBlockedSend)
     hint = "; the receiver has not taken the data (is it receiving, or stuck elsewhere?)";
+  else if (focus.task)
+    hint = "; " + awaited_text(*focus.task) +
+           " not arrived (every member must call the same collectives in the same order)";
   throw Timeout(describe(focus) + " timed out after " + std::to_string(ms) + " ms" + hint +
                 ". Raise InitOptions::timeout if the peer is just slow.");
 }
@@ -90,6 +121,15 @@ void Engine::check_failures(const WaitFocus& focus) {
     if (!any_alive)
       throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
                         " can never complete");
+  }
+  if (focus.task) {
+    std::vector<int> awaited;
+    focus.task->awaited_peers(awaited);
+    for (int p : awaited)
+      if (p != rank() && silent(p))
+        throw PeerFailure("rank " + std::to_string(p) +
+                          " has finalized (destroy_process_group) or exited without taking part; " +
+                          describe(focus) + " can never complete");
   }
   if (focus.op == kBlockedSend && focus.peer >= 0) {
     const auto st = transport_->peer_state(focus.peer);

@@ -81,6 +81,55 @@ std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops) {
 }
 void barrier(const Group& group) { current().barrier(group); }
 
+Work broadcast(Tensor& tensor, int src, const Group& group, bool async_op) {
+  return current().broadcast(tensor, src, group, async_op);
+}
+Work all_reduce(Tensor& tensor, ReduceOp op, const Group& group, bool async_op) {
+  return current().all_reduce(tensor, op, group, async_op);
+}
+Work reduce(Tensor& tensor, int dst, ReduceOp op, const Group& group, bool async_op) {
+  return current().reduce(tensor, dst, op, group, async_op);
+}
+Work all_gather(std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group,
+                bool async_op) {
+  return current().all_gather(tensor_list, tensor, group, async_op);
+}
+Work all_gather_into_tensor(Tensor& output, const Tensor& input, const Group& group,
+                            bool async_op) {
+  return current().all_gather_into_tensor(output, input, group, async_op);
+}
+Work gather(const Tensor& tensor, std::vector<Tensor>& gather_list, int dst, const Group& group,
+            bool async_op) {
+  return current().gather(tensor, gather_list, dst, group, async_op);
+}
+Work scatter(Tensor& tensor, const std::vector<Tensor>& scatter_list, int src, const Group& group,
+             bool async_op) {
+  return current().scatter(tensor, scatter_list, src, group, async_op);
+}
+Work reduce_scatter(Tensor& output, const std::vector<Tensor>& input_list, ReduceOp op,
+                    const Group& group, bool async_op) {
+  return current().reduce_scatter(output, input_list, op, group, async_op);
+}
+Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op, const Group& group,
+                           bool async_op) {
+  return current().reduce_scatter_tensor(output, input, op, group, async_op);
+}
+Work all_to_all(std::vector<Tensor>& output_list, const std::vector<Tensor>& input_list,
+                const Group& group, bool async_op) {
+  return current().all_to_all(output_list, input_list, group, async_op);
+}
+Work all_to_all_single(Tensor& output, const Tensor& input,
+                       const std::vector<std::int64_t>& output_split_sizes,
+                       const std::vector<std::int64_t>& input_split_sizes, const Group& group,
+                       bool async_op) {
+  return current().all_to_all_single(output, input, output_split_sizes, input_split_sizes, group,
+                                     async_op);
+}
+void monitored_barrier(const Group& group, std::chrono::milliseconds timeout,
+                       bool wait_all_ranks) {
+  current().monitored_barrier(group, timeout, wait_all_ranks);
+}
+
 void send_bytes(std::span<const std::byte> bytes, int dst, const Group& group, int tag) {
   current().send_bytes(bytes, dst, group, tag);
 }

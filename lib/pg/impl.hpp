@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <shmdist/process_group.hpp>
 
@@ -21,6 +22,7 @@ struct ProcessGroup::Impl {
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<const detail::GroupInfo> world_group;
   std::uint32_t next_group_id = 1;
+  std::vector<std::uint64_t> collective_seq;  // by group id: collectives called so far
   bool destroyed = false;
   std::function<void()> after_destroy;  // e.g. release a rendezvous name
 
@@ -37,6 +39,10 @@ struct ProcessGroupAccess {
   }
   static ProcessGroup::Impl& impl(const ProcessGroup& pg) { return pg.impl(); }
 };
+
+// The group `g` names for `call`, checked to be this process group's and to contain this rank
+// (throws InvalidArgument otherwise). Defined in process_group.cpp.
+const GroupInfo& member_group(const ProcessGroup::Impl& s, const Group& g, const char* call);
 
 // Reads the launcher's environment and joins the job (pg/join.cpp).
 std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& options);

@@ -187,6 +187,14 @@ inline void check_peer(const ProcessGroup::Impl& s, const detail::GroupInfo& inf
     bad_peer(s, info, peer, call, role, any_allowed);
 }
 
+}  // namespace
+
+const detail::GroupInfo& detail::member_group(const ProcessGroup::Impl& s, const Group& g,
+                                              const char* call) {
+  return resolve_member(s, g, call);
+}
+
+namespace {
 engine::MatchKey key_for(const detail::GroupInfo& info, int tag, std::uint8_t channel) {
   return {info.id, info.sig, tag, channel};
 }

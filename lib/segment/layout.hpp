@@ -94,6 +94,7 @@ enum BlockedOp : std::uint32_t {
   kBlockedWait = 3,
   kBlockedBarrier = 4,
   kBlockedDestroy = 5,
+  kBlockedCollective = 6,
 };
 
 // The name of the call a BlockedOp code stands for, as hang reports and errors print it.
@@ -104,6 +105,7 @@ constexpr const char* blocked_op_name(std::uint32_t op) {
     case kBlockedWait: return "Work::wait";
     case kBlockedBarrier: return "barrier";
     case kBlockedDestroy: return "destroy_process_group";
+    case kBlockedCollective: return "collective";
     default: return "-";
   }
 }

@@ -1,0 +1,535 @@
+// Builders of the point-to-point collectives. Data algorithms (deterministic by construction,
+// every reduction evaluated in group-rank order by coll/reduce.hpp):
+//   all_reduce      reduce-scatter by slice (member j reduces slice j of every input), then
+//                   every member sends its reduced slice to all others
+//   reduce          the same reduce-scatter, then the reduced slices go to the root only
+//   reduce_scatter  member j receives part j from everyone and reduces it
+//   the others      direct sends between the members that own the data
+
+#include "coll/collectives.hpp"
+
+#include <cstring>
+#include <algorithm>
+#include <numeric>
+
+#include "coll/reduce.hpp"
+
+namespace shmdist::coll {
+namespace {
+
+std::byte* bytes_of(const Tensor& t) {
+  return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
+}
+
+// Elements [offset, offset + count) of t's storage, as a 1-d tensor that shares it.
+Tensor view_of(const Tensor& t, std::int64_t offset, std::int64_t count) {
+  return Tensor::from_blob(bytes_of(t) + offset * static_cast<std::int64_t>(element_size(t.dtype())),
+                           {count}, t.dtype());
+}
+
+// Member j's slice of `count` elements split as evenly as possible among n members.
+std::int64_t slice_begin(std::int64_t count, int n, int j) { return count * j / n; }
+std::int64_t slice_len(std::int64_t count, int n, int j) {
+  return slice_begin(count, n, j + 1) - slice_begin(count, n, j);
+}
+
+void copy_elements(const Tensor& from, const Tensor& to) {
+  if (from.nbytes() && bytes_of(from) != bytes_of(to))
+    std::memmove(bytes_of(to), bytes_of(from), from.nbytes());
+}
+
+// Collects the call's description and the first problem with this member's arguments.
+class Builder {
+ public:
+  Builder(const CallSetup& s, Kind kind) : s_(s), kind_(kind) { call_.fp.kind = std::uint8_t(kind); }
+
+  int n() const { return s_.group.size(); }
+  int me() const { return s_.group.me; }
+  bool ok() const { return !error_; }
+  const std::vector<int>& members() const { return s_.group.members; }
+
+  void fail(const std::string& why) {
+    if (!error_) error_ = call_name(kind_, s_.group, s_.seq) + ": " + why;
+  }
+  bool tensor(const Tensor& t, const char* role) {
+    if (!t.defined())
+      fail(std::string("the ") + role + " is undefined (default-constructed); pass a tensor "
+           "made with zeros(), empty(), tensor({...}) or from_blob()");
+    return ok();
+  }
+  void describe(DType dtype, std::int64_t count) {
+    call_.fp.dtype = std::uint8_t(dtype);
+    call_.fp.count = count;
+  }
+  void op(ReduceOp op, DType dtype) {
+    call_.fp.op = std::uint8_t(static_cast<int>(op));
+    if (auto why = unsupported(op, dtype)) fail(*why);
+  }
+  // The root's group rank, or -1 (and a failure) if it is not a member.
+  int root(int global_root, const char* role) {
+    for (int j = 0; j < n(); ++j)
+      if (members()[j] == global_root) return call_.fp.root = j;
+    std::string list;
+    for (int m : members()) list += (list.empty() ? "" : ", ") + std::to_string(m);
+    fail(std::string(role) + " rank " + std::to_string(global_root) + " is not a member of the "
+         "group (global ranks " + list + "); " + role + " is a global rank of a member");
+    return -1;
+  }
+  // One tensor per member, each defined, of `dtype` and `numel` elements (numel < 0: any).
+  bool list(const std::vector<Tensor>& l, const char* role, DType dtype, std::int64_t numel) {
+    if (static_cast<int>(l.size()) != n()) {
+      fail(std::string(role) + " has " + std::to_string(l.size()) + " tensors; it needs one per "
+           "group member (" + std::to_string(n()) + ")");
+      return false;
+    }
+    for (int j = 0; j < n() && ok(); ++j) {
+      const std::string entry = std::string(role) + "[" + std::to_string(j) + "]";
+      if (!l[j].defined()) fail(entry + " is undefined");
+      else if (l[j].dtype() != dtype)
+        fail(entry + " is " + std::string(dtype_name(l[j].dtype())) + " but must be " +
+             std::string(dtype_name(dtype)) + " like the other tensors of the call");
+      else if (numel >= 0 && l[j].numel() != numel)
+        fail(entry + " has " + std::to_string(l[j].numel()) + " elements but must have " +
+             std::to_string(numel));
+    }
+    return ok();
+  }
+  void splits(std::vector<std::int64_t> sends, std::vector<std::int64_t> recvs) {
+    call_.send_counts = std::move(sends);
+    call_.recv_counts = std::move(recvs);
+  }
+
+  std::shared_ptr<Schedule> make() { return std::make_shared<Schedule>(s_, call_, error_); }
+
+ private:
+  const CallSetup& s_;
+  Kind kind_;
+  CallDescription call_;
+  std::optional<std::string> error_;
+};
+
+void send(Step& step, int peer, Tensor view) {
+  step.transfers.push_back({Transfer::Dir::Send, peer, std::move(view)});
+}
+void recv(Step& step, int peer, Tensor view) {
+  step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
+}
+
+// Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
+// and reduces the n contributions in group-rank order into `result` (slice-sized).
+void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor result,
+                   ReduceOp op) {
+  const int n = b.n(), me = b.me();
+  const std::int64_t count = input.numel();
+  const std::int64_t m = slice_len(count, n, me);
+  Tensor stage = empty({m * n}, input.dtype());
+  Step& step = sch.add_step();
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    send(step, b.members()[j], view_of(input, slice_begin(count, n, j), slice_len(count, n, j)));
+    recv(step, b.members()[j], view_of(stage, j * m, m));
+  }
+  sch.keep(stage);
+  step.after = [=] {
+    std::vector<const std::byte*> inputs(n);
+    for (int r = 0; r < n; ++r)
+      inputs[r] = r == me ? bytes_of(input) + slice_begin(count, n, me) * element_size(input.dtype())
+                          : bytes_of(stage) + r * m * element_size(input.dtype());
+    reduce_in_order(op, input.dtype(), inputs, bytes_of(result), static_cast<std::size_t>(m), n);
+  };
+}
+
+Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
+  sch->bytes = bytes;
+  return sch->start();
+}
+
+}  // namespace
+
+Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
+  Builder b(s, Kind::Broadcast);
+  int r = -1;
+  if (b.tensor(tensor, "tensor")) {
+    b.describe(tensor.dtype(), tensor.numel());
+    r = b.root(root, "src");
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    sch->keep(tensor);
+    Step& step = sch->add_step();
+    if (b.me() == r) {
+      for (int j = 0; j < b.n(); ++j)
+        if (j != r) send(step, b.members()[j], tensor);
+    } else {
+      recv(step, b.members()[r], tensor);
+    }
+  }
+  return finish(sch, b.ok() ? tensor.nbytes() : 0);
+}
+
+Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
+  Builder b(s, Kind::AllReduce);
+  if (b.tensor(tensor, "tensor")) {
+    b.describe(tensor.dtype(), tensor.numel());
+    b.op(op, tensor.dtype());
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    const int n = b.n(), me = b.me();
+    const std::int64_t count = tensor.numel();
+    sch->keep(tensor);
+    reduce_slices(*sch, b, tensor, view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op);
+    Step& out = sch->add_step();
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      send(out, b.members()[j], view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)));
+      recv(out, b.members()[j], view_of(tensor, slice_begin(count, n, j), slice_len(count, n, j)));
+    }
+  }
+  return finish(sch, b.ok() ? tensor.nbytes() : 0);
+}
+
+Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
+  Builder b(s, Kind::Reduce);
+  int r = -1;
+  if (b.tensor(tensor, "tensor")) {
+    b.describe(tensor.dtype(), tensor.numel());
+    b.op(op, tensor.dtype());
+    r = b.root(root, "dst");
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    const int n = b.n(), me = b.me();
+    const std::int64_t count = tensor.numel();
+    const std::int64_t m = slice_len(count, n, me);
+    sch->keep(tensor);
+    // Only the root's tensor is written: the others reduce into a private buffer.
+    Tensor result = me == r ? view_of(tensor, slice_begin(count, n, me), m) : empty({m}, tensor.dtype());
+    sch->keep(result);
+    reduce_slices(*sch, b, tensor, result, op);
+    Step& out = sch->add_step();
+    if (me == r) {
+      for (int j = 0; j < n; ++j)
+        if (j != me)
+          recv(out, b.members()[j], view_of(tensor, slice_begin(count, n, j), slice_len(count, n, j)));
+    } else {
+      send(out, b.members()[r], result);
+    }
+  }
+  return finish(sch, b.ok() ? tensor.nbytes() : 0);
+}
+
+Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Tensor& input) {
+  Builder b(s, Kind::AllGather);
+  if (b.tensor(input, "tensor")) {
+    b.describe(input.dtype(), input.numel());
+    b.list(outputs, "tensor_list", input.dtype(), input.numel());
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    sch->keep(input);
+    Step& step = sch->add_step();
+    for (int j = 0; j < b.n(); ++j) {
+      sch->keep(outputs[j]);
+      if (j == b.me()) continue;
+      send(step, b.members()[j], input);
+      recv(step, b.members()[j], outputs[j]);
+    }
+    Tensor own = outputs[b.me()];
+    step.after = [input, own] { copy_elements(input, own); };
+  }
+  return finish(sch, b.ok() ? input.nbytes() * b.n() : 0);
+}
+
+Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tensor& input) {
+  Builder b(s, Kind::AllGatherIntoTensor);
+  if (b.tensor(input, "input") && b.tensor(output, "output")) {
+    b.describe(input.dtype(), input.numel());
+    if (output.dtype() != input.dtype())
+      b.fail("output is " + std::string(dtype_name(output.dtype())) + " but input is " +
+             std::string(dtype_name(input.dtype())) + "; they must have the same dtype");
+    else if (output.numel() != input.numel() * b.n())
+      b.fail("output has " + std::to_string(output.numel()) + " elements; it must have group "
+             "size x input elements = " + std::to_string(b.n()) + " x " +
+             std::to_string(input.numel()));
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    const std::int64_t k = input.numel();
+    sch->keep(input);
+    sch->keep(output);
+    Step& step = sch->add_step();
+    for (int j = 0; j < b.n(); ++j) {
+      if (j == b.me()) continue;
+      send(step, b.members()[j], input);
+      recv(step, b.members()[j], view_of(output, j * k, k));
+    }
+    Tensor own = view_of(output, b.me() * k, k);
+    step.after = [input, own] { copy_elements(input, own); };
+  }
+  return finish(sch, b.ok() ? input.nbytes() * b.n() : 0);
+}
+
+Completion gather(const CallSetup& s, const Tensor& input, std::vector<Tensor>& outputs, int root) {
+  Builder b(s, Kind::Gather);
+  int r = -1;
+  if (b.tensor(input, "tensor")) {
+    b.describe(input.dtype(), input.numel());
+    r = b.root(root, "dst");
+    if (b.ok() && b.me() == r) b.list(outputs, "gather_list", input.dtype(), input.numel());
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    sch->keep(input);
+    Step& step = sch->add_step();
+    if (b.me() == r) {
+      for (int j = 0; j < b.n(); ++j) {
+        sch->keep(outputs[j]);
+        if (j != r) recv(step, b.members()[j], outputs[j]);
+      }
+      Tensor own = outputs[r];
+      step.after = [input, own] { copy_elements(input, own); };
+    } else {
+      send(step, b.members()[r], input);
+    }
+  }
+  return finish(sch, b.ok() ? input.nbytes() : 0);
+}
+
+Completion scatter(const CallSetup& s, Tensor& output, const std::vector<Tensor>& inputs, int root) {
+  Builder b(s, Kind::Scatter);
+  int r = -1;
+  if (b.tensor(output, "tensor")) {
+    b.describe(output.dtype(), output.numel());
+    r = b.root(root, "src");
+    if (b.ok() && b.me() == r) b.list(inputs, "scatter_list", output.dtype(), output.numel());
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    sch->keep(output);
+    Step& step = sch->add_step();
+    if (b.me() == r) {
+      for (int j = 0; j < b.n(); ++j) {
+        sch->keep(inputs[j]);
+        if (j != r) send(step, b.members()[j], inputs[j]);
+      }
+      Tensor own = inputs[r];
+      step.after = [own, output] { copy_elements(own, output); };
+    } else {
+      recv(step, b.members()[r], output);
+    }
+  }
+  return finish(sch, b.ok() ? output.nbytes() : 0);
+}
+
+namespace {
+// Step 1 of the reduce-scatters: part j of every member's input goes to member j, which
+// reduces the parts in group-rank order into `output`.
+void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& parts,
+                    Tensor output, ReduceOp op) {
+  const int n = b.n(), me = b.me();
+  const std::int64_t m = output.numel();
+  Tensor stage = empty({m * n}, output.dtype());
+  sch.keep(stage);
+  sch.keep(output);
+  Step& step = sch.add_step();
+  for (int j = 0; j < n; ++j) {
+    sch.keep(parts[j]);
+    if (j == me) continue;
+    send(step, b.members()[j], parts[j]);
+    recv(step, b.members()[j], view_of(stage, j * m, m));
+  }
+  Tensor own = parts[me];
+  step.after = [=] {
+    std::vector<const std::byte*> inputs(n);
+    for (int r = 0; r < n; ++r)
+      inputs[r] = r == me ? bytes_of(own) : bytes_of(stage) + r * m * element_size(output.dtype());
+    reduce_in_order(op, output.dtype(), inputs, bytes_of(output), static_cast<std::size_t>(m), n);
+  };
+}
+}  // namespace
+
+Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<Tensor>& inputs,
+                          ReduceOp op) {
+  Builder b(s, Kind::ReduceScatter);
+  if (b.tensor(output, "output")) {
+    b.describe(output.dtype(), output.numel());
+    b.op(op, output.dtype());
+    if (b.ok()) b.list(inputs, "input_list", output.dtype(), output.numel());
+  }
+  auto sch = b.make();
+  if (b.ok()) scatter_reduce(*sch, b, inputs, output, op);
+  return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
+}
+
+Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tensor& input,
+                                 ReduceOp op) {
+  Builder b(s, Kind::ReduceScatterTensor);
+  if (b.tensor(output, "output") && b.tensor(input, "input")) {
+    b.describe(output.dtype(), output.numel());
+    b.op(op, output.dtype());
+    if (input.dtype() != output.dtype())
+      b.fail("input is " + std::string(dtype_name(input.dtype())) + " but output is " +
+             std::string(dtype_name(output.dtype())) + "; they must have the same dtype");
+    else if (input.numel() != output.numel() * b.n())
+      b.fail("input has " + std::to_string(input.numel()) + " elements; it must have group "
+             "size x output elements = " + std::to_string(b.n()) + " x " +
+             std::to_string(output.numel()));
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    std::vector<Tensor> parts;
+    for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
+    sch->keep(input);
+    scatter_reduce(*sch, b, parts, output, op);
+  }
+  return finish(sch, b.ok() ? input.nbytes() : 0);
+}
+
+namespace {
+// The common part of the all_to_alls: element ranges of `input` go to each member, ranges of
+// `output` come from each member (views already cut), own range copied locally.
+void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
+              const std::vector<Tensor>& recvs) {
+  Step& step = sch.add_step();
+  for (int j = 0; j < b.n(); ++j) {
+    sch.keep(sends[j]);
+    sch.keep(recvs[j]);
+    if (j == b.me()) continue;
+    send(step, b.members()[j], sends[j]);
+    recv(step, b.members()[j], recvs[j]);
+  }
+  Tensor from = sends[b.me()], to = recvs[b.me()];
+  step.after = [from, to] { copy_elements(from, to); };
+}
+}  // namespace
+
+Completion all_to_all(const CallSetup& s, std::vector<Tensor>& outputs,
+                      const std::vector<Tensor>& inputs) {
+  Builder b(s, Kind::AllToAll);
+  if (!inputs.empty() && inputs[0].defined()) {
+    const DType dtype = inputs[0].dtype();
+    b.describe(dtype, 0);
+    if (b.list(inputs, "input_list", dtype, -1) && b.list(outputs, "output_list", dtype, -1)) {
+      std::vector<std::int64_t> sends, recvs;
+      for (int j = 0; j < b.n(); ++j) {
+        sends.push_back(inputs[j].numel());
+        recvs.push_back(outputs[j].numel());
+      }
+      b.splits(std::move(sends), std::move(recvs));
+    }
+  } else {
+    b.list(inputs, "input_list", kFloat32, -1);
+    b.fail("input_list[0] is undefined or missing");
+  }
+  auto sch = b.make();
+  if (b.ok()) exchange(*sch, b, inputs, outputs);
+  std::uint64_t bytes = 0;
+  for (const Tensor& t : inputs) bytes += t.defined() ? t.nbytes() : 0;
+  return finish(sch, bytes);
+}
+
+namespace {
+// Rows per member along dim 0 (equal splits when `splits` is empty), or a failure.
+std::vector<std::int64_t> rows_per_member(Builder& b, const Tensor& t, const char* role,
+                                          const std::vector<std::int64_t>& splits) {
+  const std::int64_t rows = t.sizes()[0];
+  const int n = b.n();
+  if (splits.empty()) {
+    if (rows % n != 0) {
+      b.fail(std::string(role) + " has " + std::to_string(rows) + " rows along dim 0, which do "
+             "not split equally among " + std::to_string(n) + " members; pass split sizes");
+      return {};
+    }
+    return std::vector<std::int64_t>(n, rows / n);
+  }
+  if (static_cast<int>(splits.size()) != n) {
+    b.fail(std::string(role) + "_split_sizes has " + std::to_string(splits.size()) +
+           " entries; it needs one per group member (" + std::to_string(n) + ")");
+    return {};
+  }
+  std::int64_t sum = 0;
+  for (std::int64_t v : splits) {
+    if (v < 0) {
+      b.fail(std::string(role) + "_split_sizes holds the negative size " + std::to_string(v));
+      return {};
+    }
+    sum += v;
+  }
+  if (sum != rows) {
+    b.fail(std::string(role) + "_split_sizes add up to " + std::to_string(sum) + " rows but " +
+           role + " has " + std::to_string(rows) + " along dim 0");
+    return {};
+  }
+  return splits;
+}
+
+std::int64_t row_elements(const Tensor& t) {
+  std::int64_t e = 1;
+  for (std::size_t d = 1; d < t.sizes().size(); ++d) e *= t.sizes()[d];
+  return e;
+}
+}  // namespace
+
+Completion all_to_all_single(const CallSetup& s, Tensor& output, const Tensor& input,
+                             const std::vector<std::int64_t>& output_splits,
+                             const std::vector<std::int64_t>& input_splits) {
+  Builder b(s, Kind::AllToAllSingle);
+  std::vector<std::int64_t> in_rows, out_rows;
+  if (b.tensor(input, "input") && b.tensor(output, "output")) {
+    b.describe(input.dtype(), 0);
+    if (input.dim() < 1 || output.dim() < 1)
+      b.fail("input and output need at least one dimension (they are split along dim 0)");
+    else if (input.dtype() != output.dtype())
+      b.fail("output is " + std::string(dtype_name(output.dtype())) + " but input is " +
+             std::string(dtype_name(input.dtype())) + "; they must have the same dtype");
+    else if (row_elements(input) != row_elements(output))
+      b.fail("a row (dim 0 entry) of input has " + std::to_string(row_elements(input)) +
+             " elements but one of output has " + std::to_string(row_elements(output)));
+    if (b.ok()) in_rows = rows_per_member(b, input, "input", input_splits);
+    if (b.ok()) out_rows = rows_per_member(b, output, "output", output_splits);
+  }
+  std::vector<Tensor> sends, recvs;
+  if (b.ok()) {
+    const std::int64_t row = row_elements(input);
+    std::vector<std::int64_t> send_counts, recv_counts;
+    std::int64_t in_at = 0, out_at = 0;
+    for (int j = 0; j < b.n(); ++j) {
+      send_counts.push_back(in_rows[j] * row);
+      recv_counts.push_back(out_rows[j] * row);
+      sends.push_back(view_of(input, in_at, in_rows[j] * row));
+      recvs.push_back(view_of(output, out_at, out_rows[j] * row));
+      in_at += in_rows[j] * row;
+      out_at += out_rows[j] * row;
+    }
+    b.splits(std::move(send_counts), std::move(recv_counts));
+  }
+  auto sch = b.make();
+  if (b.ok()) {
+    sch->keep(input);
+    sch->keep(output);
+    exchange(*sch, b, sends, recvs);
+  }
+  return finish(sch, b.ok() ? input.nbytes() : 0);
+}
+
+void monitored_barrier(const CallSetup& s, std::chrono::milliseconds timeout, bool wait_all) {
+  Builder b(s, Kind::MonitoredBarrier);
+  auto sch = b.make();
+  Completion done = finish(sch, 0);
+  if (s.engine->wait(*done, timeout)) return;
+  std::vector<int> missing;
+  sch->awaited_peers(missing);
+  std::sort(missing.begin(), missing.end());
+  if (!wait_all && missing.size() > 1) missing.erase(missing.begin() + 1, missing.end());
+  std::string list;
+  for (int m : missing) list += (list.empty() ? "" : ", ") + std::to_string(m);
+  throw Timeout(call_name(Kind::MonitoredBarrier, s.group, s.seq) + " on rank " +
+                std::to_string(s.engine->rank()) + ": " +
+                (missing.size() == 1 ? "rank " : "ranks ") + list +
+                (missing.size() == 1 ? " has" : " have") + " not arrived within " +
+                std::to_string(timeout.count()) + " ms" +
+                (wait_all ? "" : " (the first missing rank; pass wait_all_ranks=true for all)"));
+}
+
+}  // namespace shmdist::coll

@@ -1,0 +1,101 @@
+// A collective as a schedule of point-to-point steps on the library's internal channel,
+// driven by the engine's progress loop (engine/background.hpp), so that async collectives
+// move while their rank blocks elsewhere.
+//
+// Step 0 is always the fingerprint exchange: each member sends its call's fingerprint to
+// every other member and receives theirs; then every member computes the same verdict
+// (coll/fingerprint.hpp). Only when all agree do the data steps run. Step k starts when
+// every transfer of step k-1 has completed and its `after` action has run (local reductions,
+// copies). Tags are (sequence number, step), so consecutive and concurrent collectives of
+// one group, and point-to-point traffic (user channel), can never match each other's
+// messages.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coll/fingerprint.hpp"
+#include "engine/engine.hpp"
+
+namespace shmdist::coll {
+
+// The group a collective runs on, as the layer above resolved it.
+struct GroupView {
+  std::uint32_t id = 0;
+  std::uint32_t sig = 0;
+  std::vector<int> members;  // global ranks in group-rank order
+  int me = -1;               // this member's group rank
+  int size() const { return static_cast<int>(members.size()); }
+};
+
+// Everything a collective builder needs.
+struct CallSetup {
+  engine::Engine* engine = nullptr;
+  GroupView group;
+  std::uint64_t seq = 0;  // per group, counted by every member alike
+};
+
+struct Transfer {
+  enum class Dir : std::uint8_t { Send, Recv } dir;
+  int peer;     // global rank
+  Tensor view;  // what is sent, or where it is received (a view into a caller's tensor)
+};
+
+struct Step {
+  std::vector<Transfer> transfers;
+  std::function<void()> after;  // runs once every transfer of the step has completed
+};
+
+class Schedule final : public engine::BackgroundTask,
+                       public std::enable_shared_from_this<Schedule> {
+ public:
+  // `error`: this member's own arguments are invalid (it still takes part in the
+  // fingerprint exchange, so that every member learns it and none waits forever).
+  Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error);
+
+  Step& add_step() { return steps_.emplace_back(); }
+  void keep(const Tensor& t) { kept_.push_back(t); }  // storage the steps' views point into
+  std::uint64_t bytes = 0;                           // for hang reports
+
+  // Registers with the engine and returns the completion a Work refers to.
+  std::shared_ptr<detail::Operation> start();
+
+  bool advance() override;
+  bool finished() const override { return finished_; }
+  void abandon(std::exception_ptr error) override { finish(std::move(error)); }
+  void awaited_peers(std::vector<int>& out) const override;
+  std::string describe() const override { return what_; }
+
+ private:
+  void start_step();
+  void finish(std::exception_ptr error);
+  void judge();  // after step 0
+
+  engine::Engine& engine_;
+  GroupView group_;
+  std::uint64_t seq_;
+  CallDescription call_;
+  std::optional<std::string> own_error_;
+  std::string what_;
+  std::vector<std::byte> own_wire_;
+  std::vector<Tensor> wires_;  // peers' fingerprints, by group rank
+  std::vector<Step> steps_;    // steps_[0] is the fingerprint exchange
+  std::vector<Tensor> kept_;
+  std::size_t step_ = 0;
+  bool step_started_ = false;
+  std::vector<std::shared_ptr<detail::Operation>> ops_;  // the current step's transfers
+  std::vector<int> op_peers_;                            // and their peers (receives: >= 0)
+  std::size_t first_pending_ = 0;
+  std::shared_ptr<detail::Operation> handle_;
+  bool finished_ = false;
+};
+
+// "all_reduce (call #3 on the world group)"
+std::string call_name(Kind kind, const GroupView& group, std::uint64_t seq);
+// The internal-channel tag of a collective's step (barrier's round tags stay below it).
+int step_tag(std::uint64_t seq, std::size_t step);
+
+}  // namespace shmdist::coll

@@ -1,0 +1,112 @@
+// Collectives keep point-to-point's failure promises: Timeout naming the members that have
+// not arrived (and a late member completes the call in the background), monitored_barrier
+// naming the missing ranks, PeerFailure when a member dies mid-collective, and 8 ranks on 2
+// cores.
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "coll_support.hpp"
+#include "support/shm_check.hpp"
+
+namespace dist = shmdist;
+using namespace shmdist::test;
+using namespace shmdist::test::coll;
+using namespace std::chrono_literals;
+using shmdist::ReduceOp;
+using shmdist::Tensor;
+
+BOOST_FIXTURE_TEST_SUITE(failures, ShmLeakCheck)
+
+BOOST_AUTO_TEST_CASE(timeout_names_the_missing_member_and_a_late_one_completes_it) {
+  for (auto mode : all_modes()) {
+    p2p::SharedCounters gave_up(1);
+    JobOptions o = p2p::job_options(mode);
+    o.timeout = 300ms;
+    expect_job_ok(3, [&](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      Tensor t = dist::full({8}, me + 1.0);
+      if (me != 2) {
+        p2p::require_throws<dist::Timeout>([&] { pg.all_reduce(t); },
+                                           {"all_reduce (call #1 on the world group)", "rank 2 has not"},
+                                           "all_reduce without rank 2");
+        gave_up[0].fetch_add(1);
+      } else {
+        gave_up.wait_at_least(0, 2);
+        pg.all_reduce(t);  // the others' calls are still pending and finish in the background
+        RANK_REQUIRE(t.equal(dist::full({8}, 6.0)));
+      }
+      pg.barrier();  // drives the background completion on ranks 0 and 1
+      Tensor u = dist::ones({2});
+      pg.all_reduce(u);
+      RANK_REQUIRE(u.equal(dist::full({2}, 3.0)));
+    }, o);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(monitored_barrier_names_the_ranks_that_did_not_arrive) {
+  for (auto mode : all_modes()) {
+    p2p::SharedCounters gave_up(1);
+    expect_job_ok(4, [&](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      pg.monitored_barrier({}, 10s);  // everybody arrives
+      if (me < 2) {
+        const auto msg = p2p::require_throws<dist::Timeout>(
+            [&] { pg.monitored_barrier({}, 200ms, true); }, {"monitored_barrier", "ranks 2, 3 have not arrived"},
+            "wait_all_ranks");
+        (void)msg;
+        gave_up[0].fetch_add(1);
+      } else {
+        gave_up.wait_at_least(0, 2);
+        pg.monitored_barrier({}, 10s);  // the others' arrivals are waiting for it
+      }
+      pg.barrier();
+      if (me == 3) {
+        gave_up.wait_at_least(0, 5);
+      } else {
+        p2p::require_throws<dist::Timeout>([&] { pg.monitored_barrier({}, 200ms); },
+                                           {"rank 3 has not arrived", "first missing"}, "first only");
+        gave_up[0].fetch_add(1);
+      }
+      if (me == 3) pg.monitored_barrier({}, 10s);
+      pg.barrier();
+    }, p2p::job_options(mode));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_member_dying_mid_collective_gives_peer_failure) {
+  JobOptions o;
+  o.job_timeout = 60s;
+  auto outcomes = run_job(3, [](dist::ProcessGroup& pg) {
+    Tensor t = dist::ones({1 << 16});
+    pg.all_reduce(t);
+    if (pg.get_rank() == 2) _exit(7);
+    pg.all_reduce(t);
+  }, o);
+  BOOST_REQUIRE_EQUAL(outcomes.size(), 3u);
+  BOOST_TEST(outcomes[2].exit_code == 7);
+  for (int r = 0; r < 2; ++r) {
+    BOOST_TEST(outcomes[r].error.find("PeerFailure") != std::string::npos, outcomes[r].error);
+    BOOST_TEST(outcomes[r].error.find("rank 2") != std::string::npos, outcomes[r].error);
+  }
+}
+
+// 8 ranks on 2 cores: every collective, async ones in flight, results checked.
+BOOST_AUTO_TEST_CASE(eight_ranks_oversubscribed) {
+  expect_job_ok(8, [](dist::ProcessGroup& pg) {
+    const int me = pg.get_rank();
+    for (int round = 0; round < 20; ++round) {
+      std::vector<Tensor> inputs;
+      for (int r = 0; r < 8; ++r) inputs.push_back(make_input(round, r, 1000 + round, dist::kFloat32, ReduceOp::SUM));
+      Tensor t = inputs[me].clone();
+      dist::Work w = pg.all_reduce(t, ReduceOp::SUM, {}, true);
+      Tensor b = me == round % 8 ? dist::full({3}, round, dist::kInt64) : dist::zeros({3}, dist::kInt64);
+      pg.broadcast(b, round % 8);
+      w.wait();
+      require_same(t, reference_reduce(inputs, ReduceOp::SUM, dist::kFloat32), "8-rank all_reduce");
+      RANK_REQUIRE(b.equal(dist::full({3}, round, dist::kInt64)));
+    }
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
