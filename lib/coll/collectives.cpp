@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
 
 namespace shmdist::coll {
@@ -154,7 +155,10 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     r = b.root(root, "src");
   }
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && sch->on_lane()) {
+    sch->keep(tensor);
+    plan_broadcast(*sch, *s.lane, tensor, r, b.me());
+  } else if (b.ok()) {
     sch->keep(tensor);
     Step& step = sch->add_step();
     if (b.me() == r) {
@@ -174,7 +178,10 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     b.op(op, tensor.dtype());
   }
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && sch->on_lane()) {
+    sch->keep(tensor);
+    plan_reduce(*sch, *s.lane, tensor, op, -1, b.me());
+  } else if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);
@@ -198,7 +205,10 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     r = b.root(root, "dst");
   }
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && sch->on_lane()) {
+    sch->keep(tensor);
+    plan_reduce(*sch, *s.lane, tensor, op, r, b.me());
+  } else if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     const std::int64_t m = slice_len(count, n, me);
@@ -226,7 +236,11 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
     b.list(outputs, "tensor_list", input.dtype(), input.numel());
   }
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && sch->on_lane()) {
+    sch->keep(input);
+    for (const Tensor& t : outputs) sch->keep(t);
+    plan_all_gather(*sch, *s.lane, input, outputs);
+  } else if (b.ok()) {
     sch->keep(input);
     Step& step = sch->add_step();
     for (int j = 0; j < b.n(); ++j) {
@@ -254,7 +268,14 @@ Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tens
              std::to_string(input.numel()));
   }
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && sch->on_lane()) {
+    const std::int64_t k = input.numel();
+    sch->keep(input);
+    sch->keep(output);
+    std::vector<Tensor> parts;
+    for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(output, j * k, k));
+    plan_all_gather(*sch, *s.lane, input, parts);
+  } else if (b.ok()) {
     const std::int64_t k = input.numel();
     sch->keep(input);
     sch->keep(output);
@@ -358,7 +379,13 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
     if (b.ok()) b.list(inputs, "input_list", output.dtype(), output.numel());
   }
   auto sch = b.make();
-  if (b.ok()) scatter_reduce(*sch, b, inputs, output, op);
+  if (b.ok() && sch->on_lane()) {
+    sch->keep(output);
+    for (const Tensor& t : inputs) sch->keep(t);
+    plan_reduce_scatter(*sch, *s.lane, inputs, output, op, b.me());
+  } else if (b.ok()) {
+    scatter_reduce(*sch, b, inputs, output, op);
+  }
   return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
 }
 
@@ -381,7 +408,12 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
     std::vector<Tensor> parts;
     for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
     sch->keep(input);
-    scatter_reduce(*sch, b, parts, output, op);
+    if (sch->on_lane()) {
+      sch->keep(output);
+      plan_reduce_scatter(*sch, *s.lane, parts, output, op, b.me());
+    } else {
+      scatter_reduce(*sch, b, parts, output, op);
+    }
   }
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }

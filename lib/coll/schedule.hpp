@@ -2,7 +2,12 @@
 // driven by the engine's progress loop (engine/background.hpp), so that async collectives
 // move while their rank blocks elsewhere.
 //
-// Step 0 is always the fingerprint exchange: each member sends its call's fingerprint to
+// On the world group, when the segment has a collective area, the agreement and (for the
+// collectives that have a plan for it) the data go through the lane instead (ShmLane): round
+// 1 carries every member's fingerprint in its slot header, so agreement costs no extra round
+// there; rounds follow the RoundPlan, then any point-to-point steps.
+//
+// Otherwise step 0 is the fingerprint exchange: each member sends its call's fingerprint to
 // every other member and receives theirs; then every member computes the same verdict
 // (coll/fingerprint.hpp). Only when all agree do the data steps run. Step k starts when
 // every transfer of step k-1 has completed and its `after` action has run (local reductions,
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "coll/fingerprint.hpp"
+#include "coll/shm_lane.hpp"
 #include "engine/engine.hpp"
 
 namespace shmdist::coll {
@@ -36,6 +42,16 @@ struct CallSetup {
   engine::Engine* engine = nullptr;
   GroupView group;
   std::uint64_t seq = 0;  // per group, counted by every member alike
+  ShmLane* lane = nullptr;  // the world group's lane, when the segment has one
+};
+
+// What a collective does on the lane: `rounds` rounds (>= 1); in round k (from 1) each member
+// writes its payload into its slot's data (at most the lane's slot_size() bytes), then reads
+// every member's slot data (by group rank, its own included).
+struct RoundPlan {
+  std::uint64_t rounds = 1;
+  std::function<void(std::uint64_t k, std::byte* data)> write;
+  std::function<void(std::uint64_t k, const std::vector<const std::byte*>& data)> read;
 };
 
 struct Transfer {
@@ -57,6 +73,8 @@ class Schedule final : public engine::BackgroundTask,
   Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error);
 
   Step& add_step() { return steps_.emplace_back(); }
+  bool on_lane() const { return lane_ != nullptr; }
+  RoundPlan& plan() { return plan_; }
   void keep(const Tensor& t) { kept_.push_back(t); }  // storage the steps' views point into
   std::uint64_t bytes = 0;                           // for hang reports
 
@@ -71,8 +89,20 @@ class Schedule final : public engine::BackgroundTask,
 
  private:
   void start_step();
+  bool advance_steps();
+  bool advance_rounds();
   void finish(std::exception_ptr error);
-  void judge();  // after step 0
+  void judge(const std::vector<CallDescription>& calls);
+  void judge_exchange();  // after step 0
+  void judge_lane();      // in round 1
+
+  enum class LanePhase : std::uint8_t { Queued, Writing, Waiting, Done };
+  ShmLane* lane_ = nullptr;
+  RoundPlan plan_;
+  std::uint64_t ticket_ = 0;
+  std::uint64_t round_k_ = 1;  // the plan's round in progress
+  LanePhase phase_ = LanePhase::Done;
+  std::vector<const std::byte*> round_data_;
 
   engine::Engine& engine_;
   GroupView group_;

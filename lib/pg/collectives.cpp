@@ -19,6 +19,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.group.members = info.members;
   setup.group.me = info.my_rank;
   setup.seq = ++s.collective_seq[info.id];
+  if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
   return setup;
 }
 

@@ -8,6 +8,7 @@
 
 #include <shmdist/process_group.hpp>
 
+#include "coll/shm_lane.hpp"
 #include "engine/engine.hpp"
 #include "pg/group_info.hpp"
 #include "segment/segment.hpp"
@@ -23,6 +24,7 @@ struct ProcessGroup::Impl {
   std::shared_ptr<const detail::GroupInfo> world_group;
   std::uint32_t next_group_id = 1;
   std::vector<std::uint64_t> collective_seq;  // by group id: collectives called so far
+  std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;
   std::function<void()> after_destroy;  // e.g. release a rendezvous name
 

@@ -64,6 +64,7 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
   if (const auto ms = env::get_int("SHMDIST_HEALTH_CHECK_MS", 1, 24 * 3'600'000))
     spin.health_check = std::chrono::milliseconds(*ms);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
+  world_lane = std::make_unique<coll::ShmLane>(segment, rank);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);

@@ -5,6 +5,11 @@
 //   [RankControl x world]                  one per rank: doorbell, ready hints, state, blocked-on
 //   [RingControl x world*(world-1)]        one per ordered pair: the consumer's published tail
 //   [ring data x world*(world-1)]          ring_size bytes each, page aligned
+//   [CollControl x world]                  one per rank: its collective round counters
+//   [collective slots x world*2]           per rank and parity: kLine header + coll_slot_size
+//
+// Size: ring_data_offset + world*(world-1)*ring_size + page-aligned world*2*kLine control
+// + world*2*(kLine + coll_slot_size) rounded to pages, with default_coll_slot_size(world) below.
 //
 // Bump kLayoutVersion whenever anything here changes meaning or size.
 #pragma once
@@ -16,7 +21,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -62,7 +67,9 @@ struct SegmentHeader {
   std::uint64_t job_key;      // random per job: tells a stale segment from this job's
   std::int32_t creator_pid;
   std::uint32_t flags;        // kThreadMode, ...
-  char reserved1[kLine - 88];
+  std::uint64_t coll_control_offset;  // the collective area (CollControl x world, then slots)
+  std::uint64_t coll_slot_size;       // data bytes per collective slot
+  char reserved1[kLine - 104];
 
   // Job-wide state, changed at runtime (own line).
   alignas(kLine) std::atomic<std::uint32_t> job_state;  // JobState
@@ -151,6 +158,26 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 2 * kLine);
 
+// The collective area's round counters of one rank (lib/coll/shm_lane.hpp has the protocol).
+// Both only ever increase (64-bit: they never wrap), so no flag is ever reset and a reader
+// can never mistake an old round for a new one.
+struct CollControl {
+  // Written by the owner only: rounds whose data (slot header and payload) it has written.
+  alignas(kLine) std::atomic<std::uint64_t> arrived;
+  // Written by the owner only: rounds in which it has finished reading every slot.
+  alignas(kLine) std::atomic<std::uint64_t> released;
+};
+static_assert(sizeof(CollControl) == 2 * kLine);
+
+// A collective slot starts with one line of header (the call's fingerprint), then data.
+inline constexpr std::size_t kCollSlotHeader = kLine;
+
+// Data bytes per collective slot: two slots per rank (rounds alternate between them).
+inline constexpr std::uint64_t default_coll_slot_size(std::uint32_t world_size) {
+  return world_size <= 8 ? 256 * 1024 : world_size <= 16 ? 128 * 1024
+         : world_size <= 64 ? 64 * 1024 : 32 * 1024;
+}
+
 inline constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 // Offsets and sizes of everything in a segment for a given world and ring size.
@@ -160,6 +187,10 @@ struct Geometry {
   std::uint64_t rank_control_offset = 0;
   std::uint64_t ring_control_offset = 0;
   std::uint64_t ring_data_offset = 0;
+  std::uint64_t coll_control_offset = 0;
+  std::uint64_t coll_slot_offset = 0;
+  std::uint64_t coll_slot_size = 0;    // data bytes per slot
+  std::uint64_t coll_slot_stride = 0;  // kCollSlotHeader + data, page aligned
   std::uint64_t total_size = 0;
 
   static Geometry compute(std::uint32_t world_size, std::uint64_t ring_size) {
@@ -170,8 +201,17 @@ struct Geometry {
     g.rank_control_offset = sizeof(SegmentHeader);
     g.ring_control_offset = g.rank_control_offset + std::uint64_t{world_size} * sizeof(RankControl);
     g.ring_data_offset = align_up(g.ring_control_offset + rings * sizeof(RingControl), kPage);
-    g.total_size = g.ring_data_offset + rings * ring_size;
+    g.coll_control_offset = g.ring_data_offset + rings * ring_size;
+    g.coll_slot_offset =
+        align_up(g.coll_control_offset + std::uint64_t{world_size} * sizeof(CollControl), kPage);
+    g.coll_slot_size = default_coll_slot_size(world_size);
+    g.coll_slot_stride = align_up(kCollSlotHeader + g.coll_slot_size, kPage);
+    g.total_size = g.coll_slot_offset + std::uint64_t{world_size} * 2 * g.coll_slot_stride;
     return g;
+  }
+  // Slot `parity` (0 or 1) of `rank`, from the segment's base.
+  std::uint64_t coll_slot(int rank, int parity) const {
+    return coll_slot_offset + (std::uint64_t(rank) * 2 + std::uint64_t(parity)) * coll_slot_stride;
   }
   // Index of the ring carrying messages from `src` to `dst` (src != dst).
   std::uint64_t ring_index(int src, int dst) const {

@@ -119,6 +119,10 @@ BOOST_AUTO_TEST_CASE(each_broken_field_is_named) {
        "offsets or total size disagree"},
       {"total size", [](SegmentHeader& h) { h.total_size *= 2; },
        "offsets or total size disagree"},
+      {"collective area offset", [](SegmentHeader& h) { h.coll_control_offset += 4096; },
+       "offsets or total size disagree"},
+      {"collective slot size", [](SegmentHeader& h) { h.coll_slot_size = 1ull << 40; },
+       "offsets or total size disagree"},
   };
   for (const Case& c : cases) {
     BOOST_TEST_CONTEXT(c.what) {
@@ -219,3 +223,27 @@ BOOST_AUTO_TEST_CASE(attach_fd_on_crafted_memfds) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The collective area sits after the rings: one CollControl per rank, then two slots per rank
+// of default_coll_slot_size(world) data bytes behind a one-line header, page aligned; the
+// segment's size is exactly that (the README's formula).
+BOOST_AUTO_TEST_CASE(collective_area_geometry) {
+  using shmdist::segment::Geometry;
+  namespace seg = shmdist::segment;
+  for (std::uint32_t world : {1u, 2u, 8u, 9u, 64u, 65u}) {
+    const std::uint64_t ring = 65536;
+    const Geometry g = Geometry::compute(world, ring);
+    const std::uint64_t rings = std::uint64_t{world} * (world - 1);
+    BOOST_TEST(g.coll_control_offset == g.ring_data_offset + rings * ring);
+    BOOST_TEST(g.coll_slot_offset % seg::kPage == 0u);
+    BOOST_TEST(g.coll_slot_offset >= g.coll_control_offset + world * sizeof(seg::CollControl));
+    BOOST_TEST(g.coll_slot_size == seg::default_coll_slot_size(world));
+    BOOST_TEST(g.coll_slot_stride == seg::align_up(seg::kCollSlotHeader + g.coll_slot_size, seg::kPage));
+    BOOST_TEST(g.total_size == g.coll_slot_offset + world * 2 * g.coll_slot_stride);
+    BOOST_TEST(g.coll_slot(world - 1, 1) + g.coll_slot_stride == g.total_size);
+  }
+  BOOST_TEST(seg::default_coll_slot_size(8) == 256u * 1024);
+  BOOST_TEST(seg::default_coll_slot_size(16) == 128u * 1024);
+  BOOST_TEST(seg::default_coll_slot_size(64) == 64u * 1024);
+  BOOST_TEST(seg::default_coll_slot_size(1024) == 32u * 1024);
+}
