@@ -15,6 +15,13 @@
 // Indices are absolute 64-bit byte counts (they never wrap in practice); positions in the
 // data area are index & mask. The shared `tail` is written only by the consumer and the
 // producer keeps a private cached copy, reloading it only when the ring looks full.
+//
+// Trust: the other side of a ring is another process. Both sides start at position 0 (the
+// segment is zero-filled and each rank joins once) and keep their own position privately, so
+// a record always starts 64-aligned and its first 64 bytes never wrap. The only shared index
+// either side reads is the producer's reload of `tail`, and a value that cannot be (ahead of
+// the head, more than a ring behind it, or not 64-aligned) is a corrupt peer: PeerFailure
+// naming the ring. The consumer reads only stamps and records, and checks every record.
 #pragma once
 
 #include <atomic>
@@ -64,6 +71,10 @@ inline void copy_from_ring(const std::byte* data, std::uint64_t mask, std::uint6
   if (first < n) std::memcpy(dst + first, data, n - first);
 }
 
+// Throws PeerFailure naming the ring from `src` to `dst` (out of line, cold).
+[[noreturn]] void reject_tail(int src, int dst, std::uint64_t tail, std::uint64_t head,
+                              std::uint64_t size);
+
 inline std::atomic_ref<std::uint64_t> stamp_at(std::byte* data, std::uint64_t mask,
                                                std::uint64_t pos) {
   return std::atomic_ref<std::uint64_t>(
@@ -73,10 +84,11 @@ inline std::atomic_ref<std::uint64_t> stamp_at(std::byte* data, std::uint64_t ma
 class RingProducer {
  public:
   RingProducer() = default;
-  RingProducer(segment::RingControl* control, std::byte* data, std::uint64_t size)
-      : control_(control), data_(data), mask_(size - 1),
-        head_(control->head_hint.load(std::memory_order_relaxed)),
-        cached_tail_(control->tail.load(std::memory_order_acquire)) {}
+  // `src` and `dst` only name the ring in errors. Starts at position 0 whatever the shared
+  // fields say (the transport refuses a segment in which they are not 0 when a rank joins).
+  RingProducer(segment::RingControl* control, std::byte* data, std::uint64_t size, int src = -1,
+               int dst = -1)
+      : control_(control), data_(data), mask_(size - 1), src_(src), dst_(dst) {}
 
   // Most payload bytes one record could carry now (up to `want`), given the free space.
   // Reloads the consumer's tail only when the cached copy says there is not enough room.
@@ -85,7 +97,13 @@ class RingProducer {
     if (room < want) {
       // Acquire pairs with the consumer's release of `tail`: everything it read from the
       // space it freed happened before we overwrite that space.
-      cached_tail_ = control_->tail.load(std::memory_order_acquire);
+      const std::uint64_t tail = control_->tail.load(std::memory_order_acquire);
+      // Untrusted: a tail outside [head - size, head] or off the record grid would make the
+      // free-space arithmetic wrap (and records overwrite unread ones).
+      if (tail > head_ || head_ - tail > mask_ + 1 || (tail & (kRecordAlign - 1)) != 0)
+          [[unlikely]]
+        reject_tail(src_, dst_, tail, head_, mask_ + 1);
+      cached_tail_ = tail;
       room = room_for_payload(cached_tail_);
     }
     return room < want ? room : want;
@@ -160,6 +178,8 @@ class RingProducer {
   std::uint64_t mask_ = 0;
   std::uint64_t head_ = 0;
   std::uint64_t cached_tail_ = 0;
+  int src_ = -1;
+  int dst_ = -1;
 };
 
 // The consumer side. peek() looks at the record at the private tail; release() moves past it;
@@ -167,9 +187,9 @@ class RingProducer {
 class RingConsumer {
  public:
   RingConsumer() = default;
+  // Starts at position 0 (see "Trust" above): never at a position read from shared memory.
   RingConsumer(segment::RingControl* control, std::byte* data, std::uint64_t size)
-      : control_(control), data_(data), mask_(size - 1),
-        tail_(control->tail.load(std::memory_order_relaxed)), published_(tail_) {}
+      : control_(control), data_(data), mask_(size - 1) {}
 
   // The record at the tail, or nullptr if the producer has not published one yet.
   // Acquire pairs with the producer's release of the stamp: the whole record is visible.

@@ -61,10 +61,12 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
     if (peer != rank_) peers_.push_back(peer);
   const std::uint64_t ring_size = segment_->ring_size();
   chunk_ = static_cast<std::size_t>(std::min<std::uint64_t>(ring_size / 8, 64 << 10));
+  check_fresh_rings();
   for (int peer = 0; peer < world_; ++peer) {
     if (peer == rank_) continue;
     producers_[peer] = ring::RingProducer(&segment_->ring_control(rank_, peer),
-                                          segment_->ring_data(rank_, peer), ring_size);
+                                          segment_->ring_data(rank_, peer), ring_size, rank_,
+                                          peer);
     consumers_[peer] = ring::RingConsumer(&segment_->ring_control(peer, rank_),
                                           segment_->ring_data(peer, rank_), ring_size);
   }
@@ -87,6 +89,29 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
   segment_->header().attached.fetch_add(1, std::memory_order_acq_rel);
   // Thread mode: all ranks live in one process; the launcher records how each one ended.
   if (segment_->header().flags & segment::kThreadMode) supervised_ = true;
+}
+
+// The positions this rank's rings start at are 0 (zero-filled segment, one join per rank),
+// and the ring objects never take them from shared memory. Shared positions that are not 0
+// when we join mean another process wrote them: refuse the job rather than run on a segment
+// someone corrupts. (The head of a ring *into* this rank may be anything: its producer can
+// have published already.)
+void ShmTransport::check_fresh_rings() const {
+  auto refuse = [&](int src, int dst, const char* field, std::uint64_t value) {
+    throw SetupError("the ring from rank " + std::to_string(src) + " to rank " +
+                     std::to_string(dst) + " has " + field + " " + std::to_string(value) +
+                     " before rank " + std::to_string(rank_) +
+                     " joined; a fresh segment has 0 there. Another process wrote into this "
+                     "job's segment (a buggy or foreign peer): start the job again.");
+  };
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer == rank_) continue;
+    const auto& out = segment_->ring_control(rank_, peer);
+    const auto& in = segment_->ring_control(peer, rank_);
+    if (const auto v = out.head_hint.load(std::memory_order_relaxed)) refuse(rank_, peer, "head", v);
+    if (const auto v = out.tail.load(std::memory_order_relaxed)) refuse(rank_, peer, "tail", v);
+    if (const auto v = in.tail.load(std::memory_order_relaxed)) refuse(peer, rank_, "tail", v);
+  }
 }
 
 ShmTransport::~ShmTransport() {

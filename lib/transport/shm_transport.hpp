@@ -65,6 +65,7 @@ class ShmTransport final : public Transport {
     std::uint32_t empty_polls = 0;  // consecutive hinted polls that found nothing
   };
 
+  void check_fresh_rings() const;
   bool drain(int src, InboundHandler& handler);
   void consume_record(int src, const ring::RecordHeader& rec, InboundHandler& handler);
   bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
