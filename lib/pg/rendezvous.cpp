@@ -1,7 +1,5 @@
 #include "pg/rendezvous.hpp"
 
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,8 +7,10 @@
 #include <thread>
 
 #include "pg/env.hpp"
-#include "segment/segment.hpp"
 #include "pg/process_alive.hpp"
+#include "pg/rendezvous_object.hpp"
+#include "segment/job_state.hpp"
+#include "segment/segment.hpp"
 
 namespace shmdist::detail {
 namespace {
@@ -53,24 +53,6 @@ bool is_stale(const segment::Segment& seg, int rank, const std::string& job_id) 
   return false;
 }
 
-// Removes the name of the stale segment `seg` (which we hold open), unless it already names
-// another segment. Replacers of one stale segment serialise on a lock of that segment, and
-// only a holder of the lock can unlink its name, so checking that the name still refers to
-// the same inode and then unlinking cannot remove a fresh segment another rank just created.
-void remove_stale(const segment::Segment& seg, const std::string& name) {
-  const int fd = seg.fd();
-  if (fd < 0 || flock(fd, LOCK_EX) != 0) return;
-  struct stat held {}, named {};
-  const std::string path = "/dev/shm/" + name;
-  if (fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-      held.st_dev == named.st_dev) {
-    std::fprintf(stderr, "shmdist: replacing the stale segment '%s' left by a crashed job\n",
-                 name.c_str());
-    segment::Segment::remove_name(name);
-  }
-  flock(fd, LOCK_UN);
-}
-
 }  // namespace
 
 std::string mpi_job_id() {
@@ -93,6 +75,54 @@ std::string rendezvous_name(const std::string& job_id, int world_size) {
   return buf;
 }
 
+namespace {
+
+constexpr const char* kRemedy =
+    "give this job another identity (MASTER_ADDR/MASTER_PORT for torchrun-style jobs)";
+
+// Finds or creates the job's segment. Returns it with its object held open.
+NamedObject find_or_create(const std::string& name, int rank, int world, std::uint64_t ring_size,
+                           const std::string& job_id, Clock::time_point deadline) {
+  for (;;) {
+    NamedObject obj = create_named_object(name, world, ring_size);
+    if (obj.fd >= 0) {
+      // Created. If a joiner took our object for abandoned in the instant before we locked
+      // it, its name is gone (or already someone else's): start over with a fresh one.
+      if (still_named(obj.fd, name)) return obj;
+      continue;
+    }
+    obj = open_named_object(name, world, kRemedy);
+    if (obj.segment) {
+      if (!is_stale(*obj.segment, rank, job_id)) return obj;
+      remove_name_of(obj.fd, name, "replacing the stale segment '" + name +
+                                        "' left by a crashed job");
+      continue;
+    }
+    if (obj.fd >= 0 && remove_if_abandoned(obj.fd, name)) continue;
+    if (Clock::now() >= deadline)
+      throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
+                       "' on segment '" + name + "' within the timeout");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// A rank (or the segment's creator) that died before everyone joined, or -2 if none; sets
+// `pid`. Ranks publish their pid right after claiming their slot; 0 means not yet.
+int dead_participant(const segment::Segment& seg, int self, int& pid) {
+  for (int r = 0; r < seg.world_size(); ++r) {
+    if (r == self) continue;
+    const auto& rc = seg.rank_control(r);
+    if (rc.state.load(std::memory_order_acquire) == 0) continue;
+    pid = rc.pid.load(std::memory_order_relaxed);
+    if (pid > 0 && !process_alive(pid)) return r;
+  }
+  pid = seg.header().creator_pid;
+  if (pid != getpid() && !process_alive(pid)) return -1;
+  return -2;
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
@@ -100,29 +130,41 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
   const std::string name = rendezvous_name(job_id, world);
   const std::uint64_t ring_size = ring_size_for(world);
   const auto deadline = Clock::now() + options.timeout;
-  auto seg = std::make_shared<segment::Segment>();
-  for (;;) {
-    bool exists = false;
-    *seg = segment::Segment::create_named(world, ring_size, name, &exists);
-    if (seg->valid()) break;
-    *seg = segment::Segment::attach_name(name, world);
-    if (seg->valid()) {
-      if (!is_stale(*seg, rank, job_id)) break;
-      remove_stale(*seg, name);
-      continue;
-    }
-    if (Clock::now() >= deadline)
-      throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
-                       "' on segment '" + name + "' within the timeout");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  NamedObject obj = find_or_create(name, rank, world, ring_size, job_id, deadline);
+  auto seg = obj.segment;
   auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us_override,
                                                    /*supervised=*/false);
-  // Wait for the full set; the name goes as soon as everyone has attached.
+  // Wait for the full set, watching those who joined: a rank that dies now fails the job
+  // at once (no launcher would tell us). The name goes as soon as everyone has attached,
+  // or as soon as the job cannot start any more.
   auto& attached = seg->header().attached;
+  auto next_check = Clock::now();
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {
-    if (Clock::now() >= deadline) {
-      segment::Segment::remove_name(name);
+    const auto now = Clock::now();
+    if (seg->header().job_state.load(std::memory_order_acquire) ==
+        static_cast<std::uint32_t>(segment::JobState::Aborted)) {
+      remove_name_of(obj.fd, name);
+      throw PeerFailure(segment::describe_job_failure(*seg));
+    }
+    if (now >= next_check) {
+      next_check = now + std::chrono::milliseconds(50);
+      int pid = 0;
+      const int dead = dead_participant(*seg, rank, pid);
+      // A rank that ended once everyone had joined is the transport's business, not ours.
+      if (dead != -2 && attached.load(std::memory_order_acquire) < std::uint32_t(world)) {
+        if (dead >= 0) segment::record_job_failure(*seg, dead, segment::EndKind::Vanished, 0);
+        remove_name_of(obj.fd, name);
+        throw PeerFailure(
+            (dead >= 0 ? "rank " + std::to_string(dead) + " (pid " + std::to_string(pid) + ")"
+                       : "the process that created the segment (pid " + std::to_string(pid) +
+                             ")") +
+            " of the job '" + job_id + "' died during the rendezvous, when " +
+            std::to_string(attached.load()) + " of " + std::to_string(world) +
+            " ranks had joined; the job cannot start. Start all its ranks again.");
+      }
+    }
+    if (now >= deadline) {
+      remove_name_of(obj.fd, name);
       throw SetupError("only " + std::to_string(attached.load()) + " of " + std::to_string(world) +
                        " ranks joined the job '" + job_id + "' within the timeout of " +
                        std::to_string(options.timeout.count()) +
@@ -130,7 +172,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  segment::Segment::remove_name(name);  // idempotent: every rank may try
+  remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();
   return impl;
 }

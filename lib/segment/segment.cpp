@@ -15,6 +15,8 @@
 
 #include <shmdist/errors.hpp>
 
+#include "segment/private_object.hpp"
+
 namespace shmdist::segment {
 namespace bip = boost::interprocess;
 
@@ -195,8 +197,9 @@ Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std
   try {
     bip::permissions perm(0600);
     bip::shared_memory_object shm(bip::create_only, seg.name_.c_str(), bip::read_write, perm);
-    // Our own descriptor (dup clears close-on-exec; launchers decide what children inherit).
-    seg.fd_ = ::dup(shm.get_mapping_handle().handle);
+    // Our own descriptor, close-on-exec from the start (launchers decide what children
+    // inherit): never an inheritable moment that a fork+exec in another thread could catch.
+    seg.fd_ = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
   } catch (const bip::interprocess_exception& e) {
     std::string n = seg.name_;
     seg.name_.clear();
@@ -214,25 +217,48 @@ Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std
       if (seg) seg->unlink_name();
     }
   } guard{&seg};
-  if (seg.fd_ < 0) throw SetupError(std::string("dup failed: ") + std::strerror(errno));
-  fcntl(seg.fd_, F_SETFD, FD_CLOEXEC);
-  const auto total = static_cast<off_t>(seg.geometry_.total_size);
-  if (ftruncate(seg.fd_, total) != 0)
-    throw SetupError("cannot size the shared segment to " + mib(seg.geometry_.total_size) + ": " +
+  if (seg.fd_ < 0)
+    throw SetupError(std::string("cannot duplicate the shared segment's descriptor: ") +
                      std::strerror(errno));
-  if (int err = posix_fallocate(seg.fd_, 0, total); err != 0)
-    throw SetupError("cannot reserve " + mib(seg.geometry_.total_size) +
-                     " for the shared segment in /dev/shm: " + std::strerror(err) +
-                     ". Free space in /dev/shm, use a smaller --ring-size, or run fewer ranks.");
-  seg.size_ = seg.geometry_.total_size;
-  seg.base_ = mmap(nullptr, seg.size_, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd_, 0);
-  if (seg.base_ == MAP_FAILED) {
-    seg.base_ = nullptr;
-    throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
-  }
-  seg.map_and_init(world_size, ring_size);
+  seg.size_map_and_init(world_size, ring_size);
   guard.seg = nullptr;
   return seg;
+}
+
+Segment Segment::create_on_fd(int fd, int world_size, std::uint64_t ring_size) {
+  check_world_size(world_size);
+  check_ring_size(ring_size, "ring size");
+  Segment seg;
+  seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
+  check_room(seg.geometry_.total_size);
+  seg.fd_ = fd;
+  try {
+    seg.size_map_and_init(world_size, ring_size);
+  } catch (...) {
+    seg.fd_ = -1;  // the caller's again (it may still hold a lock on it, or unlink its name)
+    throw;
+  }
+  return seg;
+}
+
+// Sizes the object behind fd_ to the geometry, preallocates it (no SIGBUS later), maps it and
+// initialises the layout.
+void Segment::size_map_and_init(int world_size, std::uint64_t ring_size) {
+  const auto total = static_cast<off_t>(geometry_.total_size);
+  if (ftruncate(fd_, total) != 0)
+    throw SetupError("cannot size the shared segment to " + mib(geometry_.total_size) + ": " +
+                     std::strerror(errno));
+  if (int err = posix_fallocate(fd_, 0, total); err != 0)
+    throw SetupError("cannot reserve " + mib(geometry_.total_size) +
+                     " for the shared segment in /dev/shm: " + std::strerror(err) +
+                     ". Free space in /dev/shm, use a smaller --ring-size, or run fewer ranks.");
+  size_ = geometry_.total_size;
+  base_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (base_ == MAP_FAILED) {
+    base_ = nullptr;
+    throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
+  }
+  map_and_init(world_size, ring_size);
 }
 
 Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
@@ -342,19 +368,24 @@ Segment Segment::attach_fd(int fd, int expected_world_size) {
   return seg;
 }
 
-Segment Segment::attach_name(const std::string& name, int expected_world_size) {
+Segment Segment::attach_name(const std::string& name, int expected_world_size,
+                             const std::string& remedy) {
   int fd = -1;
   try {
     bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
-    fd = ::dup(shm.get_mapping_handle().handle);
+    fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
   } catch (const bip::interprocess_exception& e) {
     if (e.get_error_code() == bip::not_found_error) return Segment{};
     throw SetupError("cannot open shared-memory object '" + name + "': " + e.what());
   }
-  if (fd < 0) throw SetupError(std::string("dup failed: ") + std::strerror(errno));
-  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (fd < 0)
+    throw SetupError("cannot duplicate the descriptor of shared-memory object '" + name +
+                     "': " + std::strerror(errno));
   Segment seg;
   seg.fd_ = fd;
+  // Before anything of its contents is read: is it ours and private? (A predictable name can
+  // be created first by another user.)
+  require_private_object(fd, "/dev/shm/" + name, remedy);
   // Not ready yet: the creator has not sized it, or not written the magic number (last).
   struct stat st {};
   if (fstat(fd, &st) != 0 || std::size_t(st.st_size) < sizeof(SegmentHeader)) return Segment{};

@@ -38,13 +38,21 @@ class Segment {
   // If `already_exists` is given and the name is taken, sets it and returns an invalid Segment.
   static Segment create_named(int world_size, std::uint64_t ring_size,
                               const std::string& name = {}, bool* already_exists = nullptr);
+  // Sizes, preallocates, maps and initialises the (empty) shared-memory file behind `fd`. On
+  // success the Segment owns `fd` (fd()); on failure (SetupError) it stays the caller's. For
+  // objects created by the caller: the rendezvous (which locks it while it is incomplete) or
+  // a memfd.
+  static Segment create_on_fd(int fd, int world_size, std::uint64_t ring_size);
   // Creates an anonymous shared mapping (inherited across fork, shared by threads). No name.
   static Segment create_anonymous(int world_size, std::uint64_t ring_size);
   // Maps an inherited descriptor of a segment created by create_named and validates it.
   static Segment attach_fd(int fd, int expected_world_size);
   // Opens a named segment and validates it (SetupError on any mismatch). Returns an invalid
   // Segment if the name does not exist or its creator has not finished initialising it.
-  static Segment attach_name(const std::string& name, int expected_world_size);
+  // An object not owned by the effective uid, or open to group/others, is a SetupError
+  // (require_private_object, with `remedy` as the advice) and is left in place.
+  static Segment attach_name(const std::string& name, int expected_world_size,
+                             const std::string& remedy = "start the job under another identity");
 
   // Checks a mapped header against the size of its mapping and an expected world size.
   // Untrusted input: used by attach and by the fuzz target.
@@ -72,6 +80,7 @@ class Segment {
 
  private:
   void map_and_init(int world_size, std::uint64_t ring_size);
+  void size_map_and_init(int world_size, std::uint64_t ring_size);
   void* base_ = nullptr;
   std::size_t size_ = 0;
   Geometry geometry_;

@@ -1,0 +1,148 @@
+#include "pg/rendezvous_object.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include <shmdist/errors.hpp>
+
+#include "segment/private_object.hpp"
+
+namespace shmdist::detail {
+namespace {
+
+// Holds an flock for a scope.
+struct FileLock {
+  FileLock(int file, bool wait) : fd(file) {
+    int rc;
+    do rc = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
+    while (rc != 0 && errno == EINTR);
+    held = rc == 0;
+  }
+  ~FileLock() {
+    if (held) flock(fd, LOCK_UN);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  int fd;
+  bool held = false;
+};
+
+// Complete = at least a header and the magic number written (the creator writes it last,
+// with release; pread goes through the same page cache as the creator's mapping).
+bool is_complete(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || std::size_t(st.st_size) < sizeof(segment::SegmentHeader))
+    return false;
+  std::uint64_t magic = 0;
+  return pread(fd, &magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) && magic != 0;
+}
+
+}  // namespace
+
+NamedObject::NamedObject(NamedObject&& o) noexcept { *this = std::move(o); }
+NamedObject& NamedObject::operator=(NamedObject&& o) noexcept {
+  if (this != &o) {
+    if (fd >= 0) ::close(fd);
+    fd = std::exchange(o.fd, -1);
+    segment = std::move(o.segment);
+  }
+  return *this;
+}
+NamedObject::~NamedObject() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::string object_path(const std::string& name) { return "/dev/shm/" + name; }
+
+NamedObject create_named_object(const std::string& name, int world_size,
+                                std::uint64_t ring_size) {
+  NamedObject obj;
+  // glibc's shm_open adds O_NOFOLLOW | O_CLOEXEC.
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return obj;
+    throw SetupError("cannot create the rendezvous segment '" + object_path(name) +
+                     "': " + std::strerror(errno) +
+                     ". Check that /dev/shm is mounted and writable.");
+  }
+  obj.fd = fd;
+  FileLock creating(fd, /*wait=*/true);  // see the header: "incomplete objects"
+  try {
+    if (fchmod(fd, 0600) != 0)  // exactly 0600, whatever the umask
+      throw SetupError("cannot set the mode of the rendezvous segment '" + object_path(name) +
+                       "': " + std::strerror(errno));
+    obj.segment = std::make_shared<segment::Segment>(
+        segment::Segment::create_on_fd(fd, world_size, ring_size));
+  } catch (...) {
+    // Ours, incomplete, and we hold its lock: remove it (if the name is still ours).
+    if (still_named(fd, name)) shm_unlink(name.c_str());
+    throw;
+  }
+  // The Segment owns the descriptor now; keep a duplicate for locks and inode checks.
+  obj.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (obj.fd < 0) {
+    const int err = errno;
+    if (still_named(fd, name)) shm_unlink(name.c_str());
+    throw SetupError(std::string("cannot duplicate the rendezvous segment's descriptor: ") +
+                     std::strerror(err));
+  }
+  return obj;
+}
+
+NamedObject open_named_object(const std::string& name, int world_size,
+                              const std::string& remedy) {
+  NamedObject obj;
+  const std::string path = object_path(name);
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    if (errno == ENOENT) return obj;
+    const int err = errno;
+    // Not even openable: say whose it is (require_private_object throws for another owner).
+    struct stat st {};
+    if (err == EACCES && stat(path.c_str(), &st) == 0)
+      segment::require_private_object(st, path, remedy);
+    throw SetupError("cannot open the rendezvous segment '" + path + "': " +
+                     std::strerror(err) + "; " + remedy);
+  }
+  obj.fd = fd;
+  segment::require_private_object(fd, path, remedy);  // before reading any of its contents
+  if (!is_complete(fd)) return obj;
+  obj.segment =
+      std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, world_size));
+  return obj;
+}
+
+bool still_named(int fd, const std::string& name) {
+  struct stat held {}, named {};
+  return fstat(fd, &held) == 0 && stat(object_path(name).c_str(), &named) == 0 &&
+         held.st_ino == named.st_ino && held.st_dev == named.st_dev;
+}
+
+bool remove_if_abandoned(int fd, const std::string& name) {
+  FileLock lock(fd, /*wait=*/false);
+  if (!lock.held || is_complete(fd) || !still_named(fd, name)) return false;
+  std::fprintf(stderr,
+               "shmdist: replacing the incomplete segment '%s' (its creator died while "
+               "creating it)\n",
+               name.c_str());
+  return shm_unlink(name.c_str()) == 0;
+}
+
+void remove_name_of(int fd, const std::string& name, const std::string& notice) {
+  if (fd < 0) return;
+  FileLock lock(fd, /*wait=*/true);
+  if (!lock.held || !still_named(fd, name)) return;
+  if (!notice.empty()) std::fprintf(stderr, "shmdist: %s\n", notice.c_str());
+  shm_unlink(name.c_str());
+}
+
+}  // namespace shmdist::detail

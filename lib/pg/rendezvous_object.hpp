@@ -1,0 +1,68 @@
+// The named shared-memory object of a rendezvous (pg/rendezvous.cpp): creating it so that an
+// incomplete one is recognisable, opening it only if it is ours, and the one path that ever
+// removes its name.
+//
+// Incomplete objects: the creator takes an exclusive flock on the object right after
+// creating it (O_EXCL) and keeps it until the layout is complete (magic number written), so
+// an incomplete object whose lock nobody holds was abandoned: its creator died while sizing
+// it, or it was planted. The kernel drops the lock of a dead process. A creator that loses
+// the race in the instant between creating and locking finds its name gone (or pointing
+// elsewhere) once it is done, and starts over.
+//
+// Removing a name: every remover holds an exclusive flock on the object it means to remove
+// and checks, under the lock, that the name still refers to that object (same inode). Since
+// only lock holders remove names and a new object can only be created once the old name is
+// gone, the name cannot change between that check and the unlink: no rank ever removes a
+// newer job's segment.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "segment/segment.hpp"
+
+namespace shmdist::detail {
+
+// An open rendezvous object: the descriptor (locks and inode checks need it) and, once
+// complete, its mapped and validated segment.
+struct NamedObject {
+  NamedObject() = default;
+  NamedObject(NamedObject&& o) noexcept;
+  NamedObject& operator=(NamedObject&& o) noexcept;
+  NamedObject(const NamedObject&) = delete;
+  NamedObject& operator=(const NamedObject&) = delete;
+  ~NamedObject();
+
+  int fd = -1;                                // -1: no object
+  std::shared_ptr<segment::Segment> segment;  // null while incomplete
+};
+
+// "/dev/shm/NAME", as errors name the object.
+std::string object_path(const std::string& name);
+
+// Creates `name` exclusively (mode 0600) and initialises a segment in it, holding the
+// creation lock meanwhile. Returns a NamedObject without fd if the name exists already.
+// Throws SetupError if creation fails (the name is removed again then). The caller must
+// check still_named() afterwards (see above).
+NamedObject create_named_object(const std::string& name, int world_size,
+                                std::uint64_t ring_size);
+
+// Opens `name` if it exists. Throws SetupError (via segment::require_private_object) if it
+// is not owned by this user or is open to group/others; such an object is never touched.
+// A complete object is mapped and validated against `world_size`.
+NamedObject open_named_object(const std::string& name, int world_size,
+                              const std::string& remedy);
+
+// Whether `name` still refers to the object behind `fd`.
+bool still_named(int fd, const std::string& name);
+
+// Removes an incomplete object nobody is creating any more (see above): returns true if it
+// removed the name, false if its creator still holds the lock or it became complete.
+bool remove_if_abandoned(int fd, const std::string& name);
+
+// The one path that removes a rendezvous name: under the object's lock, and only if the
+// name still refers to it. `notice`, if not empty, is printed to stderr when it does.
+void remove_name_of(int fd, const std::string& name, const std::string& notice = {});
+
+}  // namespace shmdist::detail
