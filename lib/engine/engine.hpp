@@ -85,6 +85,16 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;
 
+  // new_group's bookkeeping (groups.cpp): this rank's group `id` (1, 2, ... in creation order)
+  // has the sorted global ranks `members` and signature `sig`. Every message on a group is
+  // checked against this rank's group of the same id, so that ranks which created groups in
+  // different orders, or skipped one, learn it from the first message instead of waiting for
+  // a match that cannot come.
+  void register_group(std::uint32_t id, std::uint32_t sig, std::vector<int> members);
+  // The first disagreement about groups this rank has seen, naming the rank it disagrees
+  // with; empty if none. Once set, every operation on a group (not the world) throws it.
+  const std::string& group_disagreement() const { return group_disagreement_; }
+
  private:
   struct Unexpected {
     transport::Envelope env;
@@ -117,6 +127,17 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void withdraw_receive(Operation& op);
   void finish_receive(Operation& op, const transport::Envelope& env);
   std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
+
+  // groups.cpp
+  struct GroupRecord {
+    std::uint32_t sig = 0;
+    std::vector<int> members;
+  };
+  void check_group(const transport::Envelope& env);
+  std::string group_text(std::uint32_t id) const;
+  // How a message's group reads on this rank: with its members if it is this rank's group of
+  // that number, otherwise saying it is not.
+  std::string group_text_for(std::uint32_t id, std::uint32_t sig) const;
 
   // sends
   void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
@@ -155,6 +176,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order
   std::uint64_t arrivals_ = 0;
   std::vector<int> all_peers_;
+  std::vector<GroupRecord> groups_;  // by id - 1
+  std::string group_disagreement_;
   bool finalized_ = false;
 };
 

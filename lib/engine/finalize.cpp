@@ -4,6 +4,7 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "engine/block_until.hpp"
@@ -11,21 +12,35 @@
 namespace shmdist::engine {
 namespace {
 
+using GroupAndTag = std::tuple<std::uint32_t, std::uint32_t, int>;  // group id, sig, tag
+
 struct PeerTally {
   std::size_t messages = 0;
   std::size_t incomplete = 0;
   std::uint64_t bytes = 0;
-  std::set<int> tags;
+  std::set<GroupAndTag> tags;
   std::size_t receives = 0;  // posted receives that never matched
-  std::set<int> receive_tags;
+  std::set<GroupAndTag> receive_tags;
 };
 
-std::string list_tags(const std::set<int>& tags) {
-  std::string s = tags.size() == 1 ? "tag " : "tags ";
-  bool first = true;
-  for (int t : tags) {
-    s += (first ? "" : ", ") + std::to_string(t);
-    first = false;
+// "tags 1, 2" on the world group; "tag 3 on group #2 {0, 1}" on others, group by group.
+template <class GroupText>
+std::string list_tags(const std::set<GroupAndTag>& tags, GroupText&& group_text) {
+  std::string s;
+  for (auto it = tags.begin(); it != tags.end();) {
+    const auto [group, sig, first_tag] = *it;
+    auto end = it;
+    std::size_t n = 0;
+    while (end != tags.end() && std::get<0>(*end) == group && std::get<1>(*end) == sig)
+      ++end, ++n;
+    if (!s.empty()) s.append("; ");
+    s.append(n == 1 ? "tag " : "tags ");
+    for (auto t = it; t != end; ++t) {
+      if (t != it) s.append(", ");
+      s.append(std::to_string(std::get<2>(*t)));
+    }
+    if (group != 0) s.append(" on ").append(group_text(group, sig));
+    it = end;
   }
   return s;
 }
@@ -71,7 +86,7 @@ void Engine::finalize(std::ostream& report) {
     ++t.messages;
     t.incomplete += !u.complete;
     t.bytes += u.env.nbytes;
-    t.tags.insert(u.env.key.tag);
+    t.tags.insert({u.env.key.group_id, u.env.key.group_sig, u.env.key.tag});
   }
   const auto gone = std::make_exception_ptr(
       NotInitialized("the process group was destroyed while this operation was pending"));
@@ -81,7 +96,7 @@ void Engine::finalize(std::ostream& report) {
     if (op.key.channel == transport::kUserChannel) {
       PeerTally& t = tally[op.peer];
       ++t.receives;
-      t.receive_tags.insert(op.key.tag);
+      t.receive_tags.insert({op.key.group_id, op.key.group_sig, op.key.tag});
     }
     fail_operation(op, gone);
   }
@@ -95,18 +110,21 @@ void Engine::finalize(std::ostream& report) {
   // pieces of a line would interleave with other ranks' reports mid-line.
   std::ostringstream text;
   const std::string me = "shmdist: rank " + std::to_string(rank()) + ": ";
+  auto group_name = [this](std::uint32_t id, std::uint32_t sig) {
+    return group_text_for(id, sig);
+  };
   for (const auto& [peer, t] : tally) {
     if (t.messages) {
       text << me << t.messages << (t.messages == 1 ? " message" : " messages") << " from rank "
            << peer << (t.messages == 1 ? " arrived and was" : " arrived and were")
-           << " never received (" << list_tags(t.tags) << ", " << t.bytes << " bytes"
+           << " never received (" << list_tags(t.tags, group_name) << ", " << t.bytes << " bytes"
            << (t.incomplete ? ", " + std::to_string(t.incomplete) + " incomplete" : "")
            << ")\n";
     }
     if (t.receives) {
       text << me << t.receives << " posted receive" << (t.receives == 1 ? "" : "s")
            << (peer < 0 ? " from any source" : " from rank " + std::to_string(peer))
-           << " never matched a message (" << list_tags(t.receive_tags) << ")\n";
+           << " never matched a message (" << list_tags(t.receive_tags, group_name) << ")\n";
     }
   }
   if (!problem.empty()) text << me << "destroy_process_group: " << problem << "\n";

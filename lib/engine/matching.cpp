@@ -55,6 +55,8 @@ void size_for(Operation& op, std::uint64_t nbytes) {
 }  // namespace
 
 transport::InboundSink* Engine::on_message_start(const transport::Envelope& env) {
+  if (env.key.group_id != 0) [[unlikely]]
+    check_group(env);
   Inflight& f = inflight_[env.src];
   f.sink.dest = nullptr;
   f.sink.received = 0;

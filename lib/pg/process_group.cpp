@@ -155,11 +155,21 @@ inline const detail::GroupInfo& resolve(const ProcessGroup::Impl& s, const Group
                         "; only its members may use it");
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void groups_disagree(const ProcessGroup::Impl& s,
+                                                          const detail::GroupInfo& info,
+                                                          const char* call) {
+  throw InvalidArgument(std::string(call) + " on " + group_name(info) + ": " +
+                        s.engine->group_disagreement());
+}
+
 inline const detail::GroupInfo& resolve_member(const ProcessGroup::Impl& s, const Group& g,
                                                const char* call) {
   const detail::GroupInfo& info = resolve(s, g, call);
   if (info.my_rank < 0) [[unlikely]]
     not_member(s, info, call);
+  // Once two ranks are known to disagree about the groups, no group can be trusted.
+  if (info.id != 0 && !s.engine->group_disagreement().empty()) [[unlikely]]
+    groups_disagree(s, info, call);
   return info;
 }
 
@@ -229,6 +239,7 @@ Group ProcessGroup::new_group(const std::vector<int>& ranks) {
   info->members.assign(unique.begin(), unique.end());
   info->sig = members_signature(info->members);
   info->my_rank = info->group_rank_of(s.rank);
+  s.engine->register_group(info->id, info->sig, info->members);
   return Group(std::move(info));
 }
 

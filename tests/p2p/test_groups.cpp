@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "p2p_support.hpp"
+#include "support/process.hpp"
 #include "support/shm_check.hpp"
 
 namespace dist = shmdist;
@@ -135,6 +136,83 @@ BOOST_AUTO_TEST_CASE(same_tag_on_different_groups_does_not_mix) {
         return;
       }
       if (me != 1) pg.barrier();
+    }, job_options(mode));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_FIXTURE_TEST_SUITE(group_agreement, ShmLeakCheck)
+
+// Issue 11, bug 5: groups created in different orders. The receiver learns it from the first
+// message (InvalidArgument naming the sender and both views) instead of timing out, every
+// later call on a group says so too, and destroy's report names the groups of what was left.
+BOOST_AUTO_TEST_CASE(groups_created_in_different_orders_are_reported) {
+  CommandOptions co;
+  co.timeout = std::chrono::seconds(60);
+  const std::string program = test_programs_dir() + "/shmdist_p2p_group_order";
+  const CommandResult r = run_command({shmrun_path(), "-n", "3", "--timeout", "50s", program}, co);
+  BOOST_TEST_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  BOOST_CHECK(!r.timed_out);
+  BOOST_CHECK_EQUAL(r.exit_code, 0);
+  // Found during the barrier's progress or in the recv itself: "[recv on group #2: ]rank 0 ..."
+  BOOST_CHECK(r.out.find("DISAGREE what=") != std::string::npos);
+  BOOST_CHECK(r.out.find("rank 0 disagrees with rank 1 about the groups: a "
+                         "message from rank 0 arrived on its group #1, but group #1 of rank 1 "
+                         "is {1, 2}, which does not contain rank 0; rank 0's group #1 has the "
+                         "members of group #2 {0, 1} here. The two ranks created their groups "
+                         "in different orders") != std::string::npos);
+  BOOST_CHECK(r.out.find("STILL what=send on group #1: rank 0 disagrees with rank 1") !=
+              std::string::npos);
+  BOOST_CHECK(r.err.find("shmdist: rank 1: 2 messages from rank 0 arrived and were never ") ==
+              std::string::npos);
+  BOOST_CHECK(r.err.find("shmdist: rank 1: 1 message from rank 0 arrived and was never "
+                         "received (tag 0 on group #1 (not this rank's group #1), 8 bytes)") !=
+              std::string::npos);
+  BOOST_CHECK(r.err.find("shmdist: rank 1: 1 message from rank 2 arrived and was never "
+                         "received (tag 4 on group #1 {1, 2}, 4 bytes)") != std::string::npos);
+}
+
+// A rank that skips a new_group call: its next group has another number than its peers'.
+// A message on it arrives on a group that does not contain its sender: reported as such.
+BOOST_AUTO_TEST_CASE(a_rank_skipping_new_group_is_named) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(3, [](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      if (me != 2) pg.new_group({0, 1});  // rank 2 skips it
+      dist::Group g = pg.new_group({1, 2});  // #2 on ranks 0 and 1, #1 on rank 2
+      if (me == 2) pg.send(dist::tensor({3}), 1, g);
+      if (me == 1) {
+        dist::Tensor t = dist::zeros(1, dist::kLong);
+        require_throws<dist::InvalidArgument>(
+            [&] { pg.recv(t, 2, g); },
+            {"rank 2 disagrees with rank 1 about the groups: a message from rank 2 arrived on "
+             "its group #1, but group #1 of rank 1 is {0, 1}, which does not contain rank 2",
+             "rank 2's group #1 has the members of group #2 {1, 2} here",
+             "skipped or added a new_group call"},
+            "recv on the group rank 2 numbered differently");
+      }
+      pg.barrier();
+    }, job_options(mode));
+  }
+}
+
+// Agreeing ranks are not disturbed: a message on a group that the receiver creates only
+// later is checked then, and is received normally.
+BOOST_AUTO_TEST_CASE(a_message_before_the_receiver_creates_the_group_is_fine) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(2, [](dist::ProcessGroup& pg) {
+      dist::Tensor t = dist::zeros(1, dist::kLong);
+      if (pg.get_rank() == 0) {
+        dist::Group g = pg.new_group({0, 1});
+        pg.send(dist::tensor({42}), 1, g, 2);
+        pg.send(dist::tensor({1}), 1, {}, 1);
+      } else {
+        pg.recv(t, 0, {}, 1);  // the group's message came first: it waits as unexpected
+        dist::Group g = pg.new_group({0, 1});
+        pg.recv(t, 0, g, 2);
+        RANK_REQUIRE_EQ(t.data<std::int64_t>()[0], 42);
+      }
     }, job_options(mode));
   }
 }
