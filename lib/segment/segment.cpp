@@ -58,6 +58,24 @@ void check_room(std::uint64_t needed) {
                      "(docker --shm-size), use a smaller --ring-size, or run fewer ranks.");
 }
 
+// Maps a segment with an inaccessible guard page right after it, so that a read or write
+// past its end (its last ring is the last thing in it) faults at once instead of touching
+// whatever mapping happens to follow. Unmap with unmap_guarded.
+void* map_guarded(std::size_t size, int flags, int fd) {
+  void* reserve = mmap(nullptr, size + kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+  if (reserve == MAP_FAILED) return MAP_FAILED;
+  void* base = mmap(reserve, size, PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    munmap(reserve, size + kPage);
+    errno = err;
+  }
+  return base;
+}
+
+void unmap_guarded(void* base, std::size_t size) { munmap(base, size + kPage); }
+
 }  // namespace
 
 std::uint64_t default_ring_size(int world_size) {
@@ -113,7 +131,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
 }
 
 Segment::~Segment() {
-  if (base_) munmap(base_, size_);
+  if (base_) unmap_guarded(base_, size_);
   base_ = nullptr;
   close_fd();
 }
@@ -253,7 +271,7 @@ void Segment::size_map_and_init(int world_size, std::uint64_t ring_size) {
                      " for the shared segment in /dev/shm: " + std::strerror(err) +
                      ". Free space in /dev/shm, use a smaller --ring-size, or run fewer ranks.");
   size_ = geometry_.total_size;
-  base_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  base_ = map_guarded(size_, MAP_SHARED, fd_);
   if (base_ == MAP_FAILED) {
     base_ = nullptr;
     throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
@@ -267,7 +285,7 @@ Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   seg.size_ = seg.geometry_.total_size;
-  seg.base_ = mmap(nullptr, seg.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  seg.base_ = map_guarded(seg.size_, MAP_SHARED | MAP_ANONYMOUS, -1);
   if (seg.base_ == MAP_FAILED) {
     seg.base_ = nullptr;
     throw SetupError("cannot map an anonymous segment of " + mib(seg.size_) + ": " +
@@ -346,7 +364,7 @@ Geometry map_validated(int fd, int expected_world_size, void*& base, std::size_t
   if (size < sizeof(SegmentHeader))
     throw SetupError("the shared segment is only " + std::to_string(size) +
                      " bytes; it was not created by shmrun or is truncated");
-  base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  base = map_guarded(size, MAP_SHARED, fd);
   if (base == MAP_FAILED) {
     base = nullptr;
     throw SetupError(std::string("cannot map the shared segment: ") + std::strerror(errno));
@@ -354,7 +372,7 @@ Geometry map_validated(int fd, int expected_world_size, void*& base, std::size_t
   try {
     return Segment::validate(base, size, expected_world_size);
   } catch (...) {
-    munmap(base, size);
+    unmap_guarded(base, size);
     base = nullptr;
     throw;
   }

@@ -4,6 +4,8 @@
 // Before the fix, 4088 in the 1->0 ring's head and tail of a 4 KiB ring made an 8-byte send
 // write 40 bytes past the ring and the consumer read a record length from beyond it.
 #include <boost/test/unit_test.hpp>
+#include <fstream>
+#include <sstream>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -121,6 +123,28 @@ BOOST_AUTO_TEST_CASE(a_producer_refuses_an_impossible_tail) {
   for (int i = 0; i < 3; ++i) producer.publish(ring::RecordKind::Continuation, {}, payload);
   control.tail.store(3072);
   BOOST_TEST(producer.writable(payload.size()) == payload.size());
+}
+
+// A guard page follows every segment mapping: the last ring ends the mapping, so a read past
+// it faults at once instead of reading a neighbouring mapping (what lets the fuzzer see it).
+// Checked in /proc/self/maps (a faulting read would be reported, not signalled, under ASan).
+BOOST_AUTO_TEST_CASE(a_guard_page_follows_the_last_ring) {
+  auto seg = fresh_segment();
+  const auto end = reinterpret_cast<std::uintptr_t>(seg->ring_data(1, 0)) + 4096;
+  BOOST_TEST(end == reinterpret_cast<std::uintptr_t>(&seg->header()) + seg->geometry().total_size);
+  std::ifstream maps("/proc/self/maps");
+  std::string line, perms;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range;
+    fields >> range >> perms;
+    const auto dash = range.find('-');
+    const auto lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const auto hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (lo <= end && end < hi) break;
+    perms.clear();
+  }
+  BOOST_TEST(perms.substr(0, 3) == "---", "the page after the segment is mapped '" << perms << "'");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,13 +2,21 @@
 // a ring (frames), and a segment's header. The first input byte picks the target, the rest
 // is its input:
 //
-//   0: the bytes of a ring from rank 0 to rank 1, which rank 1's transport then drains (the
+//   0: the bytes of the ring from rank 1 to rank 0, which rank 0's transport then drains (the
 //      real consumer path: RingConsumer, check_record, decode_header, payload copies). Record
 //      stamps are fixed up before each record the bytes declare, so that the consumer looks
-//      at every record rather than stopping at the first wrong stamp.
+//      at every record rather than stopping at the first wrong stamp. That ring is the last
+//      thing in the segment's mapping, and segments are mapped with a guard page after them,
+//      so a read past the ring faults (ASan alone cannot see reads inside one mapping).
 //   1: a segment image for Segment::validate (bit 0 of byte 1: pad the mapping to the size
 //      the header claims, up to 1 MiB; bits 1-2: the expected world size, 0 = any).
 //   2: one MessageHeader and a record length/kind, for decode_header and check_record.
+//   3: a script for a corrupting peer around the same last ring: its control fields before
+//      the ranks join (16 bytes: head, tail), then operations (first byte of each % 5):
+//      rank 1 sends a message (2 bytes: size), rank 0 drains, the "consumer" publishes any
+//      tail (8 bytes) or one near the real one (1 byte: signed multiple of 8), or the peer
+//      scribbles 8 bytes into the ring (2 + 8 bytes: offset, bytes). Covers the producer
+//      path (writable's tail reload, publish with wrap) and the consumer over rewritten data.
 //
 // Acceptable outcomes are returning normally or a shmdist::Error (PeerFailure, SetupError, or
 // the handler's refusal of a huge message). Anything else is a finding: a sanitizer report,
@@ -41,11 +49,13 @@ void require(bool invariant) {
 
 // Gives each message a buffer of exactly its size plus a guard zone that must stay intact.
 struct GuardedHandler : transport::InboundHandler {
+  explicit GuardedHandler(int sender) : src(sender) {}
+  int src;
   std::vector<std::unique_ptr<std::vector<unsigned char>>> buffers;
   std::vector<std::unique_ptr<transport::InboundSink>> sinks;
   std::vector<std::uint64_t> sizes;
   transport::InboundSink* on_message_start(const transport::Envelope& env) override {
-    require(env.nbytes <= transport::kMaxMessageBytes && env.src == 0);
+    require(env.nbytes <= transport::kMaxMessageBytes && env.src == src);
     if (env.nbytes > kMaxAccepted) throw Error("message too large for the fuzz handler");
     buffers.push_back(std::make_unique<std::vector<unsigned char>>(env.nbytes + kGuard, 0xA5));
     sinks.push_back(std::make_unique<transport::InboundSink>());
@@ -64,9 +74,25 @@ struct GuardedHandler : transport::InboundHandler {
   }
 };
 
-void fuzz_ring(const std::uint8_t* data, std::size_t size) {
+std::shared_ptr<segment::Segment> two_rank_segment() {
   auto seg = std::make_shared<segment::Segment>(segment::Segment::create_anonymous(2, kRingSize));
-  std::byte* ring_data = seg->ring_data(0, 1);
+  // The 1->0 ring ends the mapping (and a guard page follows it).
+  require(seg->ring_data(1, 0) + kRingSize ==
+          reinterpret_cast<std::byte*>(&seg->header()) + seg->geometry().total_size);
+  return seg;
+}
+
+void drain(transport::ShmTransport& receiver, GuardedHandler& handler) {
+  for (int i = 0; i < 64; ++i) {
+    const bool moved = receiver.poll(handler, i % 2 ? 1 : -1, i % 3 == 0);
+    receiver.flush();
+    if (!moved) break;
+  }
+}
+
+void fuzz_ring(const std::uint8_t* data, std::size_t size) {
+  auto seg = two_rank_segment();
+  std::byte* ring_data = seg->ring_data(1, 0);
   std::memcpy(ring_data, data, std::min<std::size_t>(size, kRingSize));
   // Stamp each record the bytes declare, as a producer would have (first lap only).
   for (std::uint64_t pos = 0; pos + sizeof(ring::RecordHeader) <= kRingSize;) {
@@ -76,18 +102,78 @@ void fuzz_ring(const std::uint8_t* data, std::size_t size) {
     if (length > kRingSize) break;
     pos += ring::padded_record_size(length);
   }
-  transport::ShmTransport receiver(seg, 1, /*supervised=*/true);
-  GuardedHandler handler;
+  transport::ShmTransport receiver(seg, 0, /*supervised=*/true);
+  GuardedHandler handler(1);
   try {
-    for (int i = 0; i < 64; ++i) {
-      const bool moved = receiver.poll(handler, i % 2 ? 0 : -1, i % 3 == 0);
-      receiver.flush();
-      if (!moved) break;
+    drain(receiver, handler);
+  } catch (const Error&) {
+  }
+  handler.check_guards();
+  require(seg->ring_control(1, 0).tail.load() <= 2 * kRingSize);
+}
+
+// Reads little-endian integers off the script; zero once it runs out.
+struct Script {
+  const std::uint8_t* p;
+  std::size_t left;
+  template <class T>
+  T take() {
+    T v{};
+    const std::size_t n = std::min(sizeof v, left);
+    std::memcpy(&v, p, n);
+    p += n;
+    left -= n;
+    return v;
+  }
+};
+
+void fuzz_peer(const std::uint8_t* data, std::size_t size) {
+  Script in{data, size};
+  auto seg = two_rank_segment();
+  auto& control = seg->ring_control(1, 0);
+  control.head_hint.store(in.take<std::uint64_t>());
+  control.tail.store(in.take<std::uint64_t>());
+  std::unique_ptr<transport::ShmTransport> producer, consumer;
+  try {
+    producer = std::make_unique<transport::ShmTransport>(seg, 1, /*supervised=*/true);
+    consumer = std::make_unique<transport::ShmTransport>(seg, 0, /*supervised=*/true);
+  } catch (const SetupError&) {
+    require(control.head_hint.load() != 0 || control.tail.load() != 0);
+    return;
+  }
+  GuardedHandler handler(1);
+  std::vector<std::byte> payload(3 * kRingSize, std::byte{0x3c});
+  std::byte* ring_data = seg->ring_data(1, 0);
+  try {
+    for (int ops = 0; in.left > 0 && ops < 256; ++ops) {
+      switch (in.take<std::uint8_t>() % 5) {
+        case 0: {  // rank 1 sends up to 3 rings' worth, draining rank 0 when the ring is full
+          transport::OutboundMessage msg;
+          msg.env.nbytes = msg.env.numel = in.take<std::uint16_t>() % payload.size();
+          msg.next = payload.data();
+          for (int round = 0; round < 16 && !msg.done(); ++round) {
+            producer->send_some(0, msg);
+            drain(*consumer, handler);
+          }
+          break;
+        }
+        case 1: drain(*consumer, handler); break;
+        case 2: control.tail.store(in.take<std::uint64_t>()); break;
+        case 3:
+          control.tail.store(control.tail.load() +
+                             static_cast<std::uint64_t>(std::int64_t{in.take<std::int8_t>()} * 8));
+          break;
+        case 4: {
+          const std::uint16_t offset = in.take<std::uint16_t>() % (kRingSize - 7);
+          const std::uint64_t bytes = in.take<std::uint64_t>();
+          std::memcpy(ring_data + offset, &bytes, sizeof bytes);
+          break;
+        }
+      }
     }
   } catch (const Error&) {
   }
   handler.check_guards();
-  require(seg->ring_control(0, 1).tail.load() <= 2 * kRingSize);
 }
 
 void fuzz_segment(const std::uint8_t* data, std::size_t size) {
@@ -165,10 +251,11 @@ void fuzz_header(const std::uint8_t* data, std::size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: fuzz_ring(data + 1, size - 1); break;
     case 1: fuzz_segment(data + 1, size - 1); break;
     case 2: fuzz_header(data + 1, size - 1); break;
+    case 3: fuzz_peer(data + 1, size - 1); break;
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -96,5 +97,34 @@ int main(int argc, char** argv) {
   fields.remaining = 100;
   fields.record_length = 60;
   write_seed(dir, "header-continuation-record", 2, &fields, sizeof fields);
+
+  // Target 3: a peer script. Fresh control fields, then sends that wrap the ring, drains, a
+  // consumer tail nudged off the grid, a scribble, and a tail far ahead.
+  std::vector<std::uint8_t> script(16, 0);
+  auto op = [&](std::uint8_t code, std::initializer_list<std::uint8_t> args) {
+    script.push_back(code);
+    script.insert(script.end(), args);
+  };
+  op(0, {0x00, 0x01});  // send 256 bytes
+  op(0, {0xf0, 0x0f});  // send 4080 bytes (streams, wraps)
+  op(1, {});
+  op(0, {0x08, 0x00});  // send 8 bytes
+  op(3, {0x01});        // tail + 8
+  op(0, {0x00, 0x10});  // send 4096 bytes: reloads the tail
+  write_seed(dir, "peer-sends-drains-and-a-bad-tail", 3, script.data(), script.size());
+  script.resize(16);
+  op(0, {0x40, 0x00});
+  op(4, {0x00, 0x00, 0xff, 0xff, 0xff, 0x7f, 0x01, 0x00, 0x00, 0x00});  // scribble on a record
+  op(1, {});
+  op(2, {0x40, 0x10, 0, 0, 0, 0, 0, 0});  // tail 4160, ahead of the head
+  op(0, {0x00, 0x10});
+  write_seed(dir, "peer-scribbles-and-tail-ahead", 3, script.data(), script.size());
+  std::vector<std::uint8_t> moved(16, 0);
+  moved[0] = 0xf8;  // head 4088 (the reproduction)
+  moved[1] = 0x0f;
+  moved[8] = 0xf8;  // tail 4088
+  moved[9] = 0x0f;
+  moved.insert(moved.end(), {0, 0x08, 0x00});
+  write_seed(dir, "peer-moved-positions-before-join", 3, moved.data(), moved.size());
   return 0;
 }
