@@ -14,6 +14,7 @@
 
 #include "launcher/shmrun_helpers.hpp"
 #include "pg/rendezvous.hpp"
+#include "pg/rendezvous_object.hpp"
 #include "segment/segment.hpp"
 #include "support/shm_check.hpp"
 
@@ -199,6 +200,30 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once
       ranks.procs[victim]->finish(10s);
     }
   }
+}
+
+// Issue 12, finding 5: a slow rank of an earlier job with the same identity, removing "its"
+// name after the next job has already created a fresh segment under it, must leave the fresh
+// one alone. (It used to call shm_unlink on the name unconditionally.)
+BOOST_AUTO_TEST_CASE(removing_a_name_never_removes_a_newer_segment) {
+  namespace rv = shmdist::detail;
+  const std::string name = object_name(rendezvous_port(7), 2);
+  rv::NamedObject first = rv::create_named_object(name, 2, 4096);
+  BOOST_REQUIRE(first.fd >= 0 && first.segment);
+  BOOST_TEST(rv::create_named_object(name, 2, 4096).fd < 0);  // exclusive
+  rv::remove_name_of(first.fd, name);
+  BOOST_TEST(!object_exists(name));
+  rv::NamedObject second = rv::create_named_object(name, 2, 4096);
+  BOOST_REQUIRE(second.fd >= 0);
+  rv::remove_name_of(first.fd, name);  // the slow rank of the first job
+  BOOST_TEST(object_exists(name));
+  BOOST_TEST(rv::still_named(second.fd, name));
+  BOOST_TEST(!rv::remove_if_abandoned(second.fd, name));  // complete: not abandoned
+  const rv::NamedObject found = rv::open_named_object(name, 2, "test");
+  BOOST_REQUIRE(found.segment);
+  BOOST_TEST(found.segment->header().job_key == second.segment->header().job_key);
+  rv::remove_name_of(second.fd, name);
+  BOOST_TEST(!object_exists(name));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
