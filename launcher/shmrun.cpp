@@ -1,11 +1,13 @@
 // shmrun: starts N ranks of a program on one shared segment and supervises them.
 //
 //   shmrun -n N [--tag-output] [--bind-to none|core] [--ring-size BYTES] [--timeout DURATION]
-//          [--grace DURATION] [--] PROGRAM [ARGS...]
+//          [--grace DURATION] [--hang-report DURATION] [--] PROGRAM [ARGS...]
 //
 // Everything from PROGRAM on is the program's: shmrun's options come before it.
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 #include <shmdist/version.hpp>
 
 #include "job/duration.hpp"
+#include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
 #include "pg/env.hpp"
@@ -35,8 +38,46 @@ struct Options {
   std::string ring_size;
   std::string timeout;
   std::string grace = "2s";
+  std::string hang_report;
   std::vector<std::string> command;
 };
+
+// The option values, checked before anything starts (a bad value is a usage error: exit 2).
+struct Settings {
+  std::uint64_t ring_size = 0;
+  job::SupervisorOptions supervisor;
+};
+
+Settings check_options(const Options& opt) {
+  Settings s;
+  s.ring_size = segment::default_ring_size(opt.nproc);
+  if (!opt.ring_size.empty()) {
+    s.ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
+    segment::check_ring_size(s.ring_size, "--ring-size");
+  }
+  job::SupervisorOptions& sup = s.supervisor;
+  sup.tag_output = opt.tag_output;
+  sup.handle_signals = true;
+  sup.end_descendants = true;
+  if (!opt.timeout.empty()) sup.job_timeout = job::parse_duration(opt.timeout, "--timeout");
+  sup.term_grace = job::parse_duration(opt.grace, "--grace");
+  if (opt.hang_report == "0") sup.hang_report = std::chrono::milliseconds(0);
+  else if (!opt.hang_report.empty())
+    sup.hang_report = job::parse_duration(opt.hang_report, "--hang-report");
+  return s;
+}
+
+// The SHMDIST_* variables shmrun reads for itself, where no option says otherwise (a bad
+// value there is a runtime error, exit 1, as for the ranks).
+void apply_environment(const Options& opt, Settings& s) {
+  if (opt.ring_size.empty()) {
+    if (const auto env_size = env::get("SHMDIST_RING_SIZE")) {
+      s.ring_size = segment::parse_byte_size(*env_size, "SHMDIST_RING_SIZE");
+      segment::check_ring_size(s.ring_size, "SHMDIST_RING_SIZE");
+    }
+  }
+  if (opt.hang_report.empty()) s.supervisor.hang_report = job::hang_report_interval(s.supervisor.hang_report);
+}
 
 // Forks the ranks, each with its environment, the segment descriptor, its CPU (--bind-to
 // core) and, with --tag-output, pipes for its output; hands each to the supervisor.
@@ -53,7 +94,7 @@ void start_ranks(const Options& opt, const segment::Segment& seg, const std::str
                 {"LOCAL_RANK", std::to_string(r)},
                 {"LOCAL_WORLD_SIZE", std::to_string(opt.nproc)},
                 {"SHMDIST_SEGMENT_FD", std::to_string(seg.fd())},
-                {"SHMDIST_SEGMENT", name},  // already unlinked: for diagnostics only
+                {"SHMDIST_SEGMENT", name},  // no name in /dev/shm: for diagnostics only
                 {"SHMDIST_JOB_KEY", job_key}};
     if (opt.bind_to == "core") spec.cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -88,32 +129,23 @@ void start_ranks(const Options& opt, const segment::Segment& seg, const std::str
   }
 }
 
-int run(const Options& opt) {
-  std::uint64_t ring_size = segment::default_ring_size(opt.nproc);
-  if (!opt.ring_size.empty()) {
-    ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
-    segment::check_ring_size(ring_size, "--ring-size");
-  } else if (const auto env_size = env::get("SHMDIST_RING_SIZE")) {
-    ring_size = segment::parse_byte_size(*env_size, "SHMDIST_RING_SIZE");
-    segment::check_ring_size(ring_size, "SHMDIST_RING_SIZE");
-  }
-  job::SupervisorOptions sup;
-  sup.tag_output = opt.tag_output;
-  sup.handle_signals = true;
-  if (!opt.timeout.empty()) sup.job_timeout = job::parse_duration(opt.timeout, "--timeout");
-  sup.term_grace = job::parse_duration(opt.grace, "--grace");
-
-  segment::Segment seg = segment::Segment::create_named(opt.nproc, ring_size);
-  const std::string name = seg.name();
-  // The ranks inherit our descriptor, so the name is not needed: removing it now means no
-  // /dev/shm entry can outlive the job, even if shmrun itself is killed with SIGKILL.
-  seg.unlink_name();
+int run(const Options& opt, Settings settings) {
+  apply_environment(opt, settings);
+  // An ignored SIGCHLD survives execve and would make the kernel reap our ranks behind our
+  // back: take the default back (the ranks get it too, spawn resets it).
+  signal(SIGCHLD, SIG_DFL);
+  // Whatever the ranks start and leave running is re-parented to us, and ended with the job
+  // (setsid does not escape this).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // No name at all: a signal at any point of start-up can leave nothing in /dev/shm.
+  segment::Segment seg = segment::Segment::create_memfd(opt.nproc, settings.ring_size);
+  const std::string name = "memfd:" + std::to_string(getpid());
   char job_key_text[32];
   std::snprintf(job_key_text, sizeof job_key_text, "%016llx",
                 static_cast<unsigned long long>(seg.header().job_key));
   const std::string job_key = job_key_text;
 
-  job::JobSupervisor supervisor(seg, sup);
+  job::JobSupervisor supervisor(seg, settings.supervisor);
   supervisor.install_signal_handling();
   try {
     start_ranks(opt, seg, name, job_key, supervisor);
@@ -141,7 +173,8 @@ struct CommandLine {
 
 CommandLine split_command_line(int argc, char** argv) {
   static const std::set<std::string> with_value = {"-n",        "--nproc",   "--bind-to",
-                                                   "--ring-size", "--timeout", "--grace"};
+                                                   "--ring-size", "--timeout", "--grace",
+                                                   "--hang-report"};
   CommandLine cl;
   int i = 1;
   while (i < argc) {
@@ -181,6 +214,10 @@ int main(int argc, char** argv) {
   app.add_option("--grace", opt.grace,
                  "after SIGTERM, how long ranks get before SIGKILL")
       ->capture_default_str();
+  app.add_option("--hang-report", opt.hang_report,
+                 "when every rank of a wait-for cycle, or of the job, has been blocked with no "
+                 "progress this long, print the hang report once (the job keeps running); 0 "
+                 "switches it off (default 30s; also SHMDIST_HANG_REPORT)");
   app.footer(
       "PROGRAM [ARGS...] follows the options (after -- if PROGRAM starts with '-'); everything "
       "from PROGRAM on is passed to it unchanged. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, "
@@ -200,8 +237,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shmrun: %s\nRun 'shmrun --help' for the options.\n", e.what());
     return 2;
   }
+  Settings settings;
   try {
-    return run(opt);
+    settings = check_options(opt);
+  } catch (const std::exception& e) {  // a bad value (or SHMDIST_* variable): usage error too
+    std::fprintf(stderr, "shmrun: %s\nRun 'shmrun --help' for the options.\n", e.what());
+    return 2;
+  }
+  try {
+    return run(opt, settings);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shmrun: %s\n", e.what());
     return 1;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -20,6 +21,10 @@ struct LaunchOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // each group's timeout
   std::chrono::milliseconds job_timeout{0};  // > 0: abort the job after this long
   std::chrono::milliseconds grace{2000};     // processes: SIGTERM, then SIGKILL after this
+  // Print the hang report (once per stall, without stopping the job) when every rank of a
+  // wait-for cycle, or of the job, has been blocked with no progress this long. 0: never.
+  // Unset: SHMDIST_HANG_REPORT, else 30 s.
+  std::optional<std::chrono::milliseconds> hang_report;
 };
 
 struct RankOutcome {

@@ -78,6 +78,11 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // draining) until every peer has finalized or ended, then reports to `report` the messages
   // that arrived and were never received, one line per peer. Never throws.
   void finalize(std::ostream& report);
+  // The end of a rank that did not call destroy_process_group (it returned from main or called
+  // exit, or its ProcessGroup was unwound by an exception): pushes out queued sends for at most
+  // `flush_limit` (none if zero), then, if `mark`, marks this rank finalized (it sends nothing
+  // more); never waits for the peers. Pending operations fail; unsent data is reported.
+  void abandon(Clock::duration flush_limit, bool mark, std::ostream& report);
 
   // Registers a task that progress() drives until it is finished, and advances it once.
   void add_task(std::shared_ptr<BackgroundTask> task);

@@ -133,4 +133,43 @@ void Engine::finalize(std::ostream& report) {
   report.flush();
 }
 
+void Engine::abandon(Clock::duration flush_limit, bool mark, std::ostream& report) {
+  if (finalized_) return;
+  finalized_ = true;
+  std::size_t unsent = 0;
+  try {
+    if (flush_limit > Clock::duration::zero()) {
+      const WaitFocus focus{kBlockedDestroy, -1, nullptr, {}, 0};
+      block_until([&] { return sending_to_.empty(); }, focus, flush_limit);
+    }
+  } catch (const Error&) {
+    // The job failed meanwhile: nothing more to deliver.
+  }
+  if (mark) transport_->mark_finalized();
+  const auto gone = std::make_exception_ptr(
+      NotInitialized("the process ended without destroy_process_group while this operation "
+                     "was pending"));
+  while (!posted_.empty()) {
+    Operation& op = posted_.front();
+    posted_.pop_front();
+    fail_operation(op, gone);
+  }
+  for (auto& queue : send_queues_) {
+    for (Operation* op : queue) {
+      unsent += op->kind == Operation::Kind::Send;
+      fail_operation(*op, gone);
+    }
+    queue.clear();
+  }
+  sending_to_.clear();
+  if (unsent) {
+    const std::string line = "shmdist: rank " + std::to_string(rank()) + ": " +
+                             std::to_string(unsent) + (unsent == 1 ? " send" : " sends") +
+                             " not delivered: the process ended without destroy_process_group "
+                             "before the receiver took the data\n";
+    report.write(line.data(), static_cast<std::streamsize>(line.size()));
+    report.flush();
+  }
+}
+
 }  // namespace shmdist::engine

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -15,6 +18,7 @@
 #include <shmdist/launch.hpp>
 
 #include "job/diagnosis.hpp"
+#include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
 #include "pg/default_group.hpp"
@@ -58,7 +62,11 @@ std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
   } catch (...) {
     const std::string what = describe_exception(std::current_exception());
     // The failure first: peers woken by the rank's end must find the job already aborted.
-    segment::record_job_failure(*seg, rank, segment::EndKind::Threw, 1);
+    // A rank that throws because the job was aborted already (a peer failed, the job timed
+    // out) is not the job's failure: recording it would hide the real cause from the others.
+    const bool aborted_already = seg->header().job_state.load(std::memory_order_acquire) ==
+                                 static_cast<std::uint32_t>(segment::JobState::Aborted);
+    if (!aborted_already) segment::record_job_failure(*seg, rank, segment::EndKind::Threw, 1);
     segment::record_rank_end(*seg, rank, segment::EndKind::Threw, 1);
     detail::set_thread_default(nullptr);
     pg.reset();
@@ -72,6 +80,12 @@ long spin_override() {
   return v ? static_cast<long>(*v) : -1;
 }
 
+// LaunchOptions::hang_report, else SHMDIST_HANG_REPORT, else 30 s.
+std::chrono::milliseconds hang_report_for(const LaunchOptions& options) {
+  if (options.hang_report) return *options.hang_report;
+  return job::hang_report_interval(std::chrono::seconds(30));
+}
+
 std::uint64_t ring_size_for(int n, const LaunchOptions& options) {
   return options.ring_size ? options.ring_size : segment::default_ring_size(n);
 }
@@ -80,7 +94,7 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
                                         const LaunchOptions& options) {
   auto seg = std::make_shared<segment::Segment>(
       segment::Segment::create_anonymous(n, ring_size_for(n, options)));
-  seg->header().flags |= segment::kThreadMode;
+  seg->header().flags |= segment::kThreadMode | segment::kStartedByLaunch;
   std::vector<RankOutcome> out(n);
   std::mutex mu;
   std::condition_variable cv;
@@ -98,11 +112,54 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
       cv.notify_all();
     });
   }
-  if (options.job_timeout.count() > 0) {
+  // The job timeout and the hang watchdog (job/progress.hpp), as JobSupervisor does for
+  // processes.
+  const auto hang_after = hang_report_for(options);
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = options.job_timeout.count() > 0 ? started + options.job_timeout
+                                                        : std::chrono::steady_clock::time_point::max();
+  job::ProgressTracker tracker;
+  bool reported = false;
+  {
     std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, options.job_timeout, [&] { return running == 0; })) {
-      job::print_hang_report(*seg, std::cerr, "shmdist::launch", "timeout");
-      segment::record_job_abort(*seg, segment::AbortReason::Timeout);
+    while (running > 0) {
+      auto wake = deadline;
+      const auto every = std::clamp(hang_after / 4, std::chrono::milliseconds(10),
+                                    std::chrono::milliseconds(1000));
+      if (hang_after.count() > 0) wake = std::min(wake, std::chrono::steady_clock::now() + every);
+      if (wake == std::chrono::steady_clock::time_point::max()) {
+        cv.wait(lock, [&] { return running == 0; });
+        break;
+      }
+      if (cv.wait_until(lock, wake, [&] { return running == 0; })) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        lock.unlock();
+        std::cerr << "shmdist::launch: the job did not finish within its LaunchOptions::job_timeout "
+                     "of " << options.job_timeout.count() << " ms\n";
+        job::print_hang_report(*seg, std::cerr, "shmdist::launch", "timeout");
+        segment::record_job_abort(*seg, segment::AbortReason::Timeout);
+        break;
+      }
+      if (hang_after.count() <= 0) continue;
+      lock.unlock();
+      tracker.observe(job::sample_progress(*seg, {}), now);
+      bool moved = false;
+      for (int r = 0; r < n; ++r) moved |= tracker.moved_last(r);
+      if (moved) reported = false;
+      if (!reported) {
+        const std::string verdict =
+            job::hang_verdict(*seg, tracker, std::vector<bool>(n, false), now, hang_after);
+        if (!verdict.empty()) {
+          reported = true;
+          std::cerr << "shmdist::launch: the job looks hung: " << verdict << " for "
+                    << hang_after.count() << " ms (it keeps running)\n";
+          job::JobView view;
+          view.tracker = &tracker;
+          job::print_hang_report(*seg, std::cerr, "shmdist::launch", "no progress", &view);
+        }
+      }
+      lock.lock();
     }
   }
   for (auto& t : threads) t.join();
@@ -113,28 +170,53 @@ std::vector<RankOutcome> launch_processes(int n, const std::function<void(Proces
                                           const LaunchOptions& options) {
   auto seg = std::make_shared<segment::Segment>(
       segment::Segment::create_anonymous(n, ring_size_for(n, options)));
+  seg->header().flags |= segment::kStartedByLaunch;
   job::SupervisorOptions sup_options;
   sup_options.name = "shmdist::launch";
   sup_options.job_timeout = options.job_timeout;
   sup_options.term_grace = options.grace;
+  sup_options.hang_report = hang_report_for(options);
+  sup_options.rank_process_groups = true;
+  sup_options.timeout_setting = "LaunchOptions::job_timeout";
+  sup_options.hang_report_setting = "LaunchOptions::hang_report or SHMDIST_HANG_REPORT";
   job::JobSupervisor supervisor(*seg, sup_options);
   std::vector<int> error_pipes(n, -1);
+  auto close_error_pipes = [&] {
+    for (int& fd : error_pipes)
+      if (fd >= 0) close(std::exchange(fd, -1));
+  };
   const long spin_us = spin_override();
-  for (int r = 0; r < n; ++r) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) throw SetupError("pipe2 failed");
-    error_pipes[r] = p[0];
-    job::SpawnSpec spec;
-    spec.rank = r;
-    const pid_t pid = job::spawn_function(spec, [&, r, w = p[1]] {
-      const std::string error = run_rank(seg, r, fn, options, spin_us);
-      if (!error.empty()) {
-        [[maybe_unused]] auto n_written = write(w, error.data(), error.size());
+  try {
+    for (int r = 0; r < n; ++r) {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) != 0)
+        throw SetupError(std::string("launch: cannot create a pipe for rank ") +
+                         std::to_string(r) + ": " + std::strerror(errno));
+      error_pipes[r] = p[0];
+      job::SpawnSpec spec;
+      spec.rank = r;
+      spec.new_process_group = true;
+      pid_t pid = -1;
+      try {
+        pid = job::spawn_function(spec, [&, r, w = p[1]] {
+          const std::string error = run_rank(seg, r, fn, options, spin_us);
+          if (!error.empty()) {
+            [[maybe_unused]] auto n_written = write(w, error.data(), error.size());
+          }
+          return error.empty() ? 0 : 1;
+        });
+      } catch (...) {
+        close(p[1]);
+        throw;
       }
-      return error.empty() ? 0 : 1;
-    });
-    close(p[1]);
-    supervisor.add_rank(r, pid);
+      close(p[1]);
+      supervisor.add_rank(r, pid);
+    }
+  } catch (...) {
+    // Ranks already started are stopped and reaped, and no descriptor is left open.
+    supervisor.abort_startup();
+    close_error_pipes();
+    throw;
   }
   supervisor.run();
   std::vector<RankOutcome> out(n);
@@ -161,6 +243,20 @@ std::vector<RankOutcome> launch(int n, const std::function<void(ProcessGroup&)>&
                           " ranks, got " + std::to_string(n));
   if (!fn) throw InvalidArgument("launch: the rank function is empty");
   if (options.ring_size) segment::check_ring_size(options.ring_size, "LaunchOptions::ring_size");
+  // As InitOptions::timeout is checked: a group timeout must be positive.
+  if (options.timeout.count() <= 0)
+    throw InvalidArgument("LaunchOptions::timeout must be positive, got " +
+                          std::to_string(options.timeout.count()) +
+                          " ms (it is each group's timeout; use job_timeout for the whole job)");
+  if (options.job_timeout.count() < 0)
+    throw InvalidArgument("LaunchOptions::job_timeout must be 0 (no limit) or positive, got " +
+                          std::to_string(options.job_timeout.count()) + " ms");
+  if (options.grace.count() < 0)
+    throw InvalidArgument("LaunchOptions::grace must not be negative, got " +
+                          std::to_string(options.grace.count()) + " ms");
+  if (options.hang_report && options.hang_report->count() < 0)
+    throw InvalidArgument("LaunchOptions::hang_report must be 0 (off) or positive, got " +
+                          std::to_string(options.hang_report->count()) + " ms");
   return options.mode == LaunchOptions::Mode::Threads ? launch_threads(n, fn, options)
                                                       : launch_processes(n, fn, options);
 }

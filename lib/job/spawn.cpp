@@ -23,6 +23,7 @@ namespace {
 void prepare_child(const SpawnSpec& spec, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect
+  if (spec.new_process_group) setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);  // launchers block signals they read via signalfd
@@ -112,6 +113,8 @@ pid_t spawn_program(const SpawnSpec& spec, const std::vector<std::string>& argv)
 pid_t spawn_function(const SpawnSpec& spec, const std::function<int()>& body) {
   const pid_t parent = getpid();
   const pid_t pid = checked_fork();
+  // Both sides set the group, so it exists whichever runs first (as shells do).
+  if (pid > 0 && spec.new_process_group) setpgid(pid, pid);
   if (pid == 0) {
     prepare_child(spec, parent);
     int code = 1;

@@ -21,6 +21,7 @@ struct SpawnSpec {
   int stdout_fd = -1;         // >= 0: becomes the child's stdout (the write end of a pipe)
   int stderr_fd = -1;
   std::vector<int> close_fds; // descriptors the child must not keep (other ranks' pipes)
+  bool new_process_group = false;  // the child leads a process group of its own
 };
 
 // The program could not be executed (not found, not executable, not a valid binary). The

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -11,21 +12,78 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include <shmdist/errors.hpp>
 
 #include "job/diagnosis.hpp"
+#include <algorithm>
 #include "segment/job_state.hpp"
 
 namespace shmdist::job {
 
-using Clock = std::chrono::steady_clock;
 using segment::EndKind;
 
-int RankResult::exit_status() const { return kind == EndKind::Signaled ? 128 + code : code; }
+namespace {
+// Through syscall(): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++.
+int pidfd_open(pid_t pid, unsigned flags) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, flags));
+}
+int pidfd_send_signal(int pidfd, int sig, siginfo_t* info, unsigned flags) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, info, flags));
+}
+
+// waitid's P_PIDFD (Linux 5.4), which glibc 2.36 headers do not name.
+constexpr idtype_t kPidfd = static_cast<idtype_t>(3);
+
+// Waits (or with WNOHANG, looks) for the child behind `pidfd`. Returns 1 with `info` filled
+// when it has ended, 0 when it has not, -1 when its status is not ours to take (ECHILD: the
+// kernel reaped it because SIGCHLD is ignored, or another waiter did).
+int wait_pidfd(int pidfd, siginfo_t& info, int flags) {
+  for (;;) {
+    info = siginfo_t{};
+    if (waitid(kPidfd, static_cast<id_t>(pidfd), &info, WEXITED | flags) == 0)
+      return info.si_pid != 0 ? 1 : 0;
+    if (errno == EINTR) continue;
+    return -1;
+  }
+}
+
+// Our children that are not ranks: orphans re-parented to us (we are a child subreaper).
+// /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN, so scan /proc for our ppid.
+std::vector<pid_t> children_of_this_process() {
+  std::vector<pid_t> out;
+  const pid_t me = getpid();
+  DIR* dir = opendir("/proc");
+  if (!dir) return out;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string text;
+    if (!std::getline(in, text)) continue;
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(text.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == me)
+      out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+  return out;
+}
+}  // namespace
+
+int RankResult::exit_status() const {
+  if (kind == EndKind::Signaled) return 128 + code;
+  if (kind == EndKind::Vanished) return 1;
+  return code;
+}
 bool RankResult::failed() const {
-  return kind == EndKind::Signaled || (kind == EndKind::Exited && code != 0);
+  return kind == EndKind::Signaled || kind == EndKind::Vanished || kind == EndKind::Threw ||
+         (kind == EndKind::Exited && code != 0);
 }
 
 JobSupervisor::JobSupervisor(const segment::Segment& segment, SupervisorOptions options)
@@ -52,12 +110,16 @@ void JobSupervisor::add_rank(int rank, pid_t pid, int out_fd, int err_fd) {
   RankResult r;
   r.rank = rank;
   r.pid = pid;
+  // A pidfd becomes readable when the child exits: reaping needs no SIGCHLD handler, and a
+  // signal sent through it never reaches a later process that reuses the pid.
+  const int pidfd = pidfd_open(pid, 0);  // close-on-exec always
+  if (pidfd < 0 && errno != ESRCH) {
+    adopt_unadded(pid);
+    throw SetupError(std::string("pidfd_open failed: ") + std::strerror(errno));
+  }
   ranks_.push_back(r);
-  // A pidfd becomes readable when the child exits: reaping needs no SIGCHLD handler.
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) throw SetupError(std::string("pidfd_open failed: ") + std::strerror(errno));
-  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
   pidfds_.push_back(pidfd);
+  if (pidfd < 0) on_status_lost(ranks_.back());  // already ended and reaped by the kernel
   for (int fd : {out_fd, err_fd}) {
     if (fd < 0) continue;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -67,15 +129,52 @@ void JobSupervisor::add_rank(int rank, pid_t pid, int out_fd, int err_fd) {
 
 // ---- events ---------------------------------------------------------------------------------
 
-void JobSupervisor::on_rank_exit(RankResult& r, int status) {
+// The exit of ranks_[i], if it has ended: reaps it and records how it ended. With
+// rank_process_groups, its group is SIGKILLed first, while its zombie still holds the pid (so
+// the group id cannot belong to anyone else yet).
+bool JobSupervisor::reap(std::size_t i) {
+  RankResult& r = ranks_[i];
+  siginfo_t info{};
+  int got = wait_pidfd(pidfds_[i], info, WNOHANG | WNOWAIT);
+  if (got == 0) return false;
+  if (got > 0 && options_.rank_process_groups) kill(-r.pid, SIGKILL);
+  if (got > 0) got = wait_pidfd(pidfds_[i], info, WNOHANG);
+  if (got > 0) on_rank_exit(r, info);
+  else on_status_lost(r);
+  return true;
+}
+
+// The rank's status went to someone else: take what it recorded about itself (launch()'s
+// ranks record how their function ended), or count it as gone without a word.
+void JobSupervisor::on_status_lost(RankResult& r) {
+  const auto& rc = segment_.rank_control(r.rank);
+  const auto kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
+  siginfo_t info{};
+  r.status_lost = true;
+  if (kind == EndKind::Exited || kind == EndKind::Threw) {
+    info.si_code = CLD_EXITED;
+    info.si_status = kind == EndKind::Threw ? 1 : rc.end_code.load(std::memory_order_relaxed);
+  } else if (rc.state.load(std::memory_order_acquire) ==
+             static_cast<std::uint32_t>(segment::RankState::Finalized)) {
+    info.si_code = CLD_EXITED;  // it finalized: a clean end as far as the job is concerned
+  } else {
+    info.si_code = 0;  // unknown
+  }
+  on_rank_exit(r, info);
+}
+
+void JobSupervisor::on_rank_exit(RankResult& r, const siginfo_t& info) {
   r.ended = true;
   r.after_failure = stopping_;
-  if (WIFSIGNALED(status)) {
+  if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
     r.kind = EndKind::Signaled;
-    r.code = WTERMSIG(status);
-  } else {
+    r.code = info.si_status;
+  } else if (info.si_code == CLD_EXITED) {
     r.kind = EndKind::Exited;
-    r.code = WEXITSTATUS(status);
+    r.code = info.si_status;
+  } else {
+    r.kind = EndKind::Vanished;
+    r.code = 0;
   }
   // The job's failure is recorded before the rank's end (below), so that ranks woken by
   // either see how the failed rank ended, not just that it is gone.
@@ -127,19 +226,61 @@ void JobSupervisor::abort_startup() {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     RankResult& r = ranks_[i];
     if (r.ended) continue;
-    kill(r.pid, SIGKILL);
-    int status = 0;
-    while (waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    pidfd_send_signal(pidfds_[i], SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    if (options_.rank_process_groups && wait_pidfd(pidfds_[i], info, WNOWAIT) > 0)
+      kill(-r.pid, SIGKILL);
+    wait_pidfd(pidfds_[i], info, 0);
     r.ended = true;
   }
+  // Forked but never added: still our unreaped children, so their pids are still theirs.
+  for (pid_t pid : unadded_) {
+    kill(pid, SIGKILL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  unadded_.clear();
+  if (options_.end_descendants) end_left_behind();
 }
 
 void JobSupervisor::signal_live(int sig) {
-  for (RankResult& r : ranks_) {
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    RankResult& r = ranks_[i];
     if (r.ended) continue;
-    kill(r.pid, sig);
+    pidfd_send_signal(pidfds_[i], sig, nullptr, 0);
     r.stopped_with = sig;
+  }
+}
+
+// Processes the ranks started and left running, re-parented to us (PR_SET_CHILD_SUBREAPER,
+// set by shmrun): SIGTERM, SIGKILL after term_grace, reaped; repeated, since ending one
+// re-parents its own children to us. They are our unreaped children, so their pids are theirs.
+void JobSupervisor::end_left_behind() {
+  for (int round = 0; round < 64; ++round) {
+    std::vector<pollfd> fds;
+    for (pid_t pid : children_of_this_process()) {
+      const int fd = pidfd_open(pid, 0);
+      if (fd < 0) continue;
+      if (round == 0) {
+        std::string comm;
+        std::ifstream(std::string("/proc/") + std::to_string(pid) + "/comm") >> comm;
+        std::fprintf(stderr, "%s: ending pid %d (%s), which a rank started and left running\n",
+                     options_.name.c_str(), static_cast<int>(pid), comm.c_str());
+      }
+      pidfd_send_signal(fd, SIGTERM, nullptr, 0);
+      fds.push_back({fd, POLLIN, 0});
+    }
+    if (fds.empty()) return;
+    const auto kill_at = Clock::now() + options_.term_grace;
+    for (pollfd& p : fds) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now());
+      if (poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count()))) <= 0)
+        pidfd_send_signal(p.fd, SIGKILL, nullptr, 0);
+      siginfo_t info{};
+      wait_pidfd(p.fd, info, 0);
+      close(p.fd);
+    }
   }
 }
 
@@ -186,6 +327,11 @@ void JobSupervisor::drain_stream(Stream& s, bool final) {
         start = nl + 1;
       }
       s.partial.erase(0, start);
+      // A rank that writes without newlines must not grow our buffer without bound.
+      while (s.partial.size() >= kMaxTaggedLine) {
+        emit_line(s, s.partial.substr(0, kMaxTaggedLine) + "\n");
+        s.partial.erase(0, kMaxTaggedLine);
+      }
       continue;
     }
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || final) {
@@ -208,8 +354,10 @@ int JobSupervisor::run() {
   const auto started = Clock::now();
   const auto job_deadline = options_.job_timeout.count() > 0 ? started + options_.job_timeout
                                                              : Clock::time_point::max();
-  std::size_t live = ranks_.size();
+  std::size_t live = 0;
+  for (const RankResult& r : ranks_) live += !r.ended;
   std::vector<pollfd> fds;
+  next_sample_ = started;
   while (live > 0) {
     fds.clear();
     for (std::size_t i = 0; i < ranks_.size(); ++i)
@@ -219,6 +367,7 @@ int JobSupervisor::run() {
 
     auto now = Clock::now();
     Clock::time_point next = job_deadline;
+    if (options_.hang_report.count() > 0 && !stopping_) next = std::min(next, next_sample_);
     if (stopping_ && !term_sent_) next = std::min(next, term_at_);
     if (stopping_ && !kill_sent_) next = std::min(next, kill_at_);
     int wait_ms = -1;
@@ -231,11 +380,7 @@ int JobSupervisor::run() {
     std::size_t k = 0;
     for (std::size_t i = 0; i < ranks_.size(); ++i, ++k) {
       if (ranks_[i].ended || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
-      int status = 0;
-      if (waitpid(ranks_[i].pid, &status, WNOHANG) == ranks_[i].pid) {
-        on_rank_exit(ranks_[i], status);
-        --live;
-      }
+      if (reap(i)) --live;
     }
     for (Stream& s : streams_) {
       if (s.fd >= 0 && (fds[k].revents & (POLLIN | POLLHUP))) drain_stream(s, false);
@@ -244,10 +389,12 @@ int JobSupervisor::run() {
     if (signal_fd_ >= 0 && (fds[k].revents & POLLIN)) handle_signal();
 
     now = Clock::now();
+    if (!stopping_ && live > 0) watch_for_hangs(now);
     if (!stopping_ && now >= job_deadline) {
       timed_out_ = true;
-      std::fprintf(stderr, "%s: the job did not finish within its --timeout of %lld ms\n",
-                   options_.name.c_str(), static_cast<long long>(options_.job_timeout.count()));
+      std::fprintf(stderr, "%s: the job did not finish within its %s of %lld ms\n",
+                   options_.name.c_str(), options_.timeout_setting.c_str(),
+                   static_cast<long long>(options_.job_timeout.count()));
       print_report("timeout");
       fail_job(-1);
     }
@@ -262,6 +409,7 @@ int JobSupervisor::run() {
   }
   for (Stream& s : streams_)
     if (s.fd >= 0) drain_stream(s, true);
+  if (options_.end_descendants) end_left_behind();
   if (first_failure_ >= 0) return ranks_[first_failure_].exit_status();
   if (timed_out_) return 124;
   if (interrupted_by_) return 128 + interrupted_by_;
@@ -270,8 +418,42 @@ int JobSupervisor::run() {
   return 0;
 }
 
+// Samples the job's progress a few times per hang_report interval; reports a stall once.
+void JobSupervisor::watch_for_hangs(Clock::time_point now) {
+  if (options_.hang_report.count() <= 0 || now < next_sample_) return;
+  const auto every = std::clamp(options_.hang_report / 4, std::chrono::milliseconds(10),
+                                std::chrono::milliseconds(1000));
+  next_sample_ = now + every;
+  std::vector<int> pids;
+  std::vector<bool> ended;
+  for (const RankResult& r : ranks_) {
+    pids.push_back(r.ended ? 0 : r.pid);
+    ended.push_back(r.ended);
+  }
+  tracker_.observe(sample_progress(segment_, pids), now);
+  bool moved = false;
+  for (int r = 0; r < tracker_.world(); ++r) moved |= tracker_.moved_last(r);
+  if (moved) hang_reported_ = false;
+  if (hang_reported_) return;
+  const std::string verdict = hang_verdict(segment_, tracker_, ended, now, options_.hang_report);
+  if (verdict.empty()) return;
+  hang_reported_ = true;
+  const auto secs = static_cast<double>(options_.hang_report.count()) / 1000.0;
+  std::fprintf(stderr,
+               "%s: the job looks hung: %s for %g s (the job keeps running; SIGUSR1 prints this "
+               "again; %s sets the interval, 0 switches it off)\n",
+               options_.name.c_str(), verdict.c_str(), secs, options_.hang_report_setting.c_str());
+  print_report("no progress");
+}
+
 void JobSupervisor::print_report(const char* why) const {
-  print_hang_report(segment_, std::cerr, options_.name, why);
+  JobView view;
+  for (const RankResult& r : ranks_) {
+    view.pids.push_back(r.ended ? 0 : r.pid);
+    view.ended.push_back(r.ended ? segment::describe_end(r.kind, r.code) : std::string());
+  }
+  view.tracker = tracker_.observed_twice() ? &tracker_ : nullptr;
+  print_hang_report(segment_, std::cerr, options_.name, why, &view);
 }
 
 void JobSupervisor::print_summary() const {
@@ -282,8 +464,8 @@ void JobSupervisor::print_summary() const {
                  me.c_str(), f.rank, static_cast<int>(f.pid),
                  segment::describe_end(f.kind, f.code).c_str());
   } else if (timed_out_) {
-    std::fprintf(stderr, "%s: the job was stopped because it exceeded its --timeout\n",
-                 me.c_str());
+    std::fprintf(stderr, "%s: the job was stopped because it exceeded its %s\n", me.c_str(),
+                 options_.timeout_setting.c_str());
   } else if (interrupted_by_) {
     std::fprintf(stderr, "%s: received %s, so the job was stopped\n", me.c_str(),
                  segment::signal_name(interrupted_by_).c_str());

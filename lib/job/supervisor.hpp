@@ -1,15 +1,23 @@
 // Supervising a job's rank processes (shmrun and launch()): reaps them, fails fast when one
 // fails (marks it in the segment so every blocked call throws PeerFailure, then SIGTERM and
 // SIGKILL for the rest), enforces a job timeout with a hang report, prints SIGUSR1 reports,
-// tags output lines, and summarises how the job ended.
+// tags output lines, watches for hangs (the hang report, once per hang, without stopping the
+// job), and summarises how the job ended.
+//
+// Ranks are signalled through pidfds (pidfd_send_signal) and reaped with waitid(P_PIDFD), so a
+// recorded pid is never signalled after someone else reaped it; a status taken by someone else
+// (SIGCHLD ignored by the host of launch(), a waitpid(-1) in another thread) counts as ended,
+// with what the rank recorded about itself in the segment.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "job/progress.hpp"
 #include "segment/segment.hpp"
 
 namespace shmdist::job {
@@ -21,6 +29,17 @@ struct SupervisorOptions {
   std::chrono::milliseconds term_grace{2000};  // then SIGTERM, and SIGKILL after this
   bool tag_output = false;                     // prefix each output line with "[rank] "
   bool handle_signals = false;                 // SIGINT/TERM/HUP forwarded, SIGUSR1 reports
+  // Print the hang report once when the job stalls this long (0: never); see job/progress.hpp.
+  std::chrono::milliseconds hang_report{30'000};
+  // How users set the job timeout and the hang report, for messages.
+  std::string timeout_setting = "--timeout";
+  std::string hang_report_setting = "--hang-report or SHMDIST_HANG_REPORT";
+  // shmrun: this process is a child subreaper; processes the ranks left behind (orphans,
+  // setsid included) are ended (SIGTERM, SIGKILL after term_grace) when the job ends.
+  bool end_descendants = false;
+  // launch(): each rank leads its own process group, which is SIGKILLed when the rank ends
+  // (what it started and left running; setsid escapes it).
+  bool rank_process_groups = false;
 };
 
 struct RankResult {
@@ -31,12 +50,14 @@ struct RankResult {
   int code = 0;             // exit code or signal number
   int stopped_with = 0;     // the last signal the launcher sent it, 0 if none
   bool after_failure = false;  // ended after the job had already failed
+  bool status_lost = false;    // reaped by someone else: the status is what the rank recorded
   int exit_status() const;  // code, or 128 + signal
   bool failed() const;
 };
 
 class JobSupervisor {
  public:
+  using Clock = std::chrono::steady_clock;
   JobSupervisor(const segment::Segment& segment, SupervisorOptions options);
   ~JobSupervisor();
   JobSupervisor(const JobSupervisor&) = delete;
@@ -54,11 +75,16 @@ class JobSupervisor {
   // Startup failed (a rank could not be started): kills the ranks started so far with
   // SIGKILL and reaps them.
   void abort_startup();
+  // The pid of a child that was forked but could not be added (add_rank threw): killed and
+  // reaped with the others by abort_startup.
+  void adopt_unadded(pid_t pid) { unadded_.push_back(pid); }
   // One summary on stderr when the job failed: which rank failed first and how, and what
   // happened to the others.
   void print_summary() const;
   // The hang report (rank states, what each waits for, ring fill levels, wait-for cycles).
   void print_report(const char* why) const;
+  // Lines of a rank's tagged output longer than this are cut (the rest follows as a new line).
+  static constexpr std::size_t kMaxTaggedLine = 64 * 1024;
 
  private:
   struct Stream {
@@ -67,7 +93,11 @@ class JobSupervisor {
     bool is_err = false;
     std::string partial;
   };
-  void on_rank_exit(RankResult& r, int status);
+  void on_rank_exit(RankResult& r, const siginfo_t& info);
+  void on_status_lost(RankResult& r);
+  bool reap(std::size_t i);
+  void watch_for_hangs(Clock::time_point now);
+  void end_left_behind();
   int blamed_rank(int failing) const;
   void fail_job(int rank);
   void signal_live(int sig);
@@ -79,6 +109,10 @@ class JobSupervisor {
   SupervisorOptions options_;
   std::vector<RankResult> ranks_;
   std::vector<int> pidfds_;
+  std::vector<pid_t> unadded_;
+  ProgressTracker tracker_;
+  Clock::time_point next_sample_{};
+  bool hang_reported_ = false;  // this stall was reported; reset when something moves
   std::vector<Stream> streams_;
   int signal_fd_ = -1;
   int first_failure_ = -1;        // the rank blamed for the job's failure
@@ -86,7 +120,7 @@ class JobSupervisor {
   bool timed_out_ = false;
   int interrupted_by_ = 0;
   bool stopping_ = false;  // the job is being stopped: later exits are not "first"
-  std::chrono::steady_clock::time_point term_at_{}, kill_at_{};
+  Clock::time_point term_at_{}, kill_at_{};
   bool term_sent_ = false, kill_sent_ = false;
 };
 

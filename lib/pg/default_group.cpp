@@ -2,6 +2,8 @@
 // mode gives each rank's thread its own default (thread_local override), so seed-style code
 // runs unchanged as threads.
 
+#include <stdlib.h>
+
 #include <utility>
 #include <memory>
 
@@ -12,6 +14,17 @@ namespace shmdist {
 namespace {
 std::unique_ptr<ProcessGroup> g_default;
 thread_local ProcessGroup* t_default = nullptr;
+
+// exit() (and a return from main) runs this before static destructors, with the exit status:
+// a default group still initialized then ends without waiting for its peers.
+void at_exit(int status, void*) {
+  if (g_default && g_default->is_initialized()) {
+    try {
+      detail::ProcessGroupAccess::impl(*g_default).end_without_destroy(status & 0xff);
+    } catch (...) {
+    }
+  }
+}
 
 ProcessGroup& current() {
   ProcessGroup* pg = t_default ? t_default : g_default.get();
@@ -38,6 +51,8 @@ void init_process_group(const std::string& backend, const InitOptions& options) 
         "init_process_group: the default process group is already initialized; call "
         "destroy_process_group() before initializing it again");
   g_default = std::make_unique<ProcessGroup>(options);
+  static const bool registered = on_exit(at_exit, nullptr) == 0;
+  (void)registered;
 }
 
 bool is_initialized() {

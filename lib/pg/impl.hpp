@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <shmdist/process_group.hpp>
@@ -26,12 +27,17 @@ struct ProcessGroup::Impl {
   std::vector<std::uint64_t> collective_seq;  // by group id: collectives called so far
   std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;
+  bool supervised = false;
   std::function<void()> after_destroy;  // e.g. release a rendezvous name
 
   // Builds the group state for `rank` of the job in `segment`. `supervised`: a launcher
   // records how ranks end (shmrun, launch()); otherwise peers' processes are watched.
   Impl(std::shared_ptr<segment::Segment> segment, int rank, std::chrono::milliseconds timeout,
        long spin_us_override, bool supervised);
+
+  // The rank ends without destroy_process_group (pg/process_group.cpp): never waits for the
+  // peers. `exit_status`: the process's exit status when known (exit, return from main).
+  void end_without_destroy(std::optional<int> exit_status);
 };
 
 namespace detail {

@@ -50,6 +50,13 @@ long spin_override() {
 
 std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                                                 const std::string& fd_text) {
+  // The descriptor is closed after the first join, and a rank joins its job once.
+  static bool joined = false;
+  if (joined)
+    throw InvalidArgument(
+        "init_process_group: this process already joined its shmrun job once; under shmrun "
+        "each process initializes the process group once (re-initializing after "
+        "destroy_process_group is not supported). Keep the group for the whole program.");
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
   const int fd = static_cast<int>(env::parse_int("SHMDIST_SEGMENT_FD", fd_text, 0, 1 << 20));
   std::shared_ptr<segment::Segment> seg;
@@ -72,8 +79,10 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
     throw SetupError("rank " + std::to_string(rw.rank) + " of this job already joined (pid " +
                      std::to_string(rc.pid.load()) +
                      "); each rank may call init_process_group once per job");
-  return std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
-                                              spin_override(), /*supervised=*/true);
+  auto impl = std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
+                                                   spin_override(), /*supervised=*/true);
+  joined = true;
+  return impl;
 }
 
 }  // namespace

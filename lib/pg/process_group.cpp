@@ -1,10 +1,12 @@
 // ProcessGroup: argument checking, group bookkeeping and translation to engine calls.
 
+#include <exception>
 #include <iostream>
 #include <set>
 
 #include "pg/env.hpp"
 #include "pg/impl.hpp"
+#include "segment/job_state.hpp"
 #include "transport/shm_transport.hpp"
 
 namespace shmdist {
@@ -57,8 +59,9 @@ long local_cpus_override() {
 }  // namespace
 
 ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
-                         std::chrono::milliseconds t, long spin_us_override, bool supervised)
-    : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t) {
+                         std::chrono::milliseconds t, long spin_us_override, bool is_supervised)
+    : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t),
+      supervised(is_supervised) {
   auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
   wait::SpinPolicy spin = wait::SpinPolicy::for_job(spin_us_override, local_cpus_override());
   if (const auto ms = env::get_int("SHMDIST_HEALTH_CHECK_MS", 1, 24 * 3'600'000))
@@ -99,9 +102,35 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
 }
 ProcessGroup::~ProcessGroup() {
   try {
+    // Unwound by an exception: the rank is failing, so it must not wait for its peers (they
+    // learn of the failure from the launcher, or see this rank gone).
+    if (is_initialized() && std::uncaught_exceptions() > 0) impl_->end_without_destroy(std::nullopt);
     if (is_initialized()) destroy();
   } catch (...) {
   }
+}
+
+// Up to this long for queued sends to leave when a rank ends without destroy_process_group.
+static constexpr std::chrono::milliseconds kExitFlushLimit{2000};
+
+// A rank that exits with a non-zero status fails the job at once, naming itself and its exit
+// status (peers' blocked calls throw PeerFailure; the launcher, which reaps it, agrees). One
+// that exits 0, or whose status is unknown outside a launcher, flushes its queued sends for a
+// bounded time and marks itself finalized: what it sent stays receivable, and it waits for no
+// one. Under a launcher with the status unknown (an exception unwinding), it leaves the
+// verdict to the launcher, which sees the exit status a moment later.
+void ProcessGroup::Impl::end_without_destroy(std::optional<int> exit_status) {
+  if (destroyed) return;
+  destroyed = true;
+  if (exit_status && *exit_status != 0) {
+    segment::record_job_failure(*segment, rank, segment::EndKind::Exited, *exit_status);
+    segment::record_rank_end(*segment, rank, segment::EndKind::Exited, *exit_status);
+    engine->abandon(engine::Clock::duration::zero(), false, std::cerr);
+  } else {
+    const bool mark = exit_status.has_value() || !supervised;
+    engine->abandon(std::min<engine::Clock::duration>(timeout, kExitFlushLimit), mark, std::cerr);
+  }
+  if (after_destroy) after_destroy();
 }
 
 bool ProcessGroup::is_initialized() const { return impl_ && !impl_->destroyed; }

@@ -44,8 +44,9 @@ std::string describe_job_failure(const Segment& seg) {
   if (rank < 0 || rank >= seg.world_size()) {
     switch (static_cast<AbortReason>(h.abort_reason.load(std::memory_order_acquire))) {
       case AbortReason::Timeout:
-        return "the job was stopped by its launcher because its time limit (shmrun --timeout) "
-               "expired; stopping this call";
+        return std::string("the job was stopped by its launcher because its time limit (") +
+               (h.flags & kStartedByLaunch ? "LaunchOptions::job_timeout" : "shmrun --timeout") +
+               ") expired; stopping this call";
       case AbortReason::Startup:
         return "the job was aborted while it started (a rank could not be launched)";
       case AbortReason::None:

@@ -42,6 +42,7 @@ enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2 };
 
 // SegmentHeader::flags
 inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
+inline constexpr std::uint32_t kStartedByLaunch = 2;  // shmdist::launch, not shmrun
 
 // How a rank ended, as recorded by the launcher (or by the rank itself).
 enum class EndKind : std::uint32_t {

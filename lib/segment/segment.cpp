@@ -112,6 +112,8 @@ std::uint64_t parse_byte_size(const std::string& text, const std::string& what) 
     throw SetupError(what + " = '" + text +
                      "' is not a byte size: expected a number with an optional K, M or G "
                      "suffix (powers of 1024), for example 65536, 64K or 1M");
+  if (value > UINT64_MAX / scale)
+    throw SetupError(what + " = '" + text + "' is too large: a ring holds at most 1G");
   return value * scale;
 }
 

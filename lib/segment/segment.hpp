@@ -43,6 +43,9 @@ class Segment {
   // objects created by the caller: the rendezvous (which locks it while it is incomplete) or
   // a memfd.
   static Segment create_on_fd(int fd, int world_size, std::uint64_t ring_size);
+  // Creates a memfd (no name anywhere, close-on-exec), preallocates and initialises it: what
+  // shmrun hands its ranks as SHMDIST_SEGMENT_FD. Nothing can be left behind in /dev/shm.
+  static Segment create_memfd(int world_size, std::uint64_t ring_size);
   // Creates an anonymous shared mapping (inherited across fork, shared by threads). No name.
   static Segment create_anonymous(int world_size, std::uint64_t ring_size);
   // Maps an inherited descriptor of a segment created by create_named and validates it.

@@ -1,0 +1,72 @@
+// Ranks that end without destroy_process_group (issue 11, bug 1), and re-initialising.
+#include <boost/test/unit_test.hpp>
+
+#include "hostile/hostile_helpers.hpp"
+
+using namespace shmdist::test;
+using namespace std::chrono_literals;
+
+BOOST_FIXTURE_TEST_SUITE(exit_paths, ShmLeakCheck)
+
+// Rank 1 returns 5 from main without destroy while rank 0 waits for it in recv: rank 0's recv
+// throws PeerFailure naming rank 1 and its exit code, shmrun blames rank 1 and exits 5.
+// (Before: rank 1 waited at exit for rank 0, rank 0 got "rank 1 has finalized", exited 42,
+// and shmrun blamed rank 0.)
+BOOST_AUTO_TEST_CASE(nonzero_return_without_destroy_fails_fast_and_is_blamed) {
+  const CommandResult r =
+      run_command(shmrun({"-n", "2", program("hostile_rank"), "leave", "5"}), clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(r.exit_code == 5);
+  const auto failures = lines_starting(r.out, "PEER_FAILURE");
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(contains(failures[0], "rank 1 (pid"));
+  BOOST_TEST(contains(failures[0], "exited with code 5"));
+  BOOST_TEST(contains(r.err, "shmrun: rank 1 (pid"));
+  BOOST_TEST(contains(r.err, "exited with code 5; it failed first"));
+}
+
+// Rank 0 is not in a shmdist call at all (pause()): only the launcher can end it, and it does
+// so at once because rank 1's exit does not wait for anyone. (Before: rank 1 waited at exit
+// for rank 0's destroy, forever.)
+BOOST_AUTO_TEST_CASE(nonzero_return_without_destroy_stops_the_job) {
+  const CommandResult r = run_command(
+      shmrun({"-n", "2", "--grace", "1s", program("hostile_rank"), "leave_idle", "7"}),
+      clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code == 7);
+  BOOST_TEST(contains(r.err, "exited with code 7; it failed first"));
+  BOOST_TEST(contains(r.err, "stopped: rank 0 (SIGTERM)"));
+}
+
+// Returning 0 without destroy: what the rank sent is delivered, the process ends without
+// waiting for its peers, and a later receive from it fails instead of hanging; the job
+// succeeds. (Before: rank 1 waited at exit until rank 0 destroyed.)
+BOOST_AUTO_TEST_CASE(clean_return_without_destroy_delivers_and_does_not_wait) {
+  const CommandResult r =
+      run_command(shmrun({"-n", "2", program("hostile_rank"), "leave_clean"}), clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(lines_starting(r.out, "PEER_EXITED").size() == 1u);
+  BOOST_TEST(lines_starting(r.out, "PEER_STILL_THERE").empty());
+  const auto failures = lines_starting(r.out, "PEER_FAILURE");
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(contains(failures[0], "rank 1"));
+}
+
+// One init per process under shmrun, said plainly (before: "Start the program with shmrun").
+BOOST_AUTO_TEST_CASE(reinit_after_destroy_says_one_init_per_process) {
+  const CommandResult r =
+      run_command(shmrun({"-n", "2", program("hostile_rank"), "reinit"}), clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(r.exit_code == 0);
+  const auto lines = lines_starting(r.out, "REINIT_ERROR");
+  BOOST_REQUIRE(lines.size() == 2u);
+  for (const auto& line : lines) {
+    BOOST_TEST(contains(line, "type=InvalidArgument"));
+    BOOST_TEST(contains(line, "initializes the process group once"));
+    BOOST_TEST(!contains(line, "Start the program with"));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,192 @@
+// Ranks that misbehave the way real programs do, for tests/hostile. Runs under shmrun.
+//
+//   hostile_rank leave CODE          rank 1 returns CODE from main right after init, without
+//                                    destroy_process_group; rank 0 blocks in recv from rank 1
+//                                    (PeerFailure expected: PEER_FAILURE line, exit 42).
+//   hostile_rank leave_idle CODE     rank 1 as above; rank 0 waits in pause() (not in a shmdist
+//                                    call), so only the launcher can end it.
+//   hostile_rank leave_clean         rank 1 sends its pid to rank 0 and returns 0 without
+//                                    destroy; rank 0 receives it, then waits (bounded) for rank 1's
+//                                    process to end: PEER_EXITED, or PEER_STILL_THERE.
+//   hostile_rank spawn SETSID        every rank forks `sleep 77` (in a new session if SETSID is 1),
+//                                    says CHILD pid=P, joins, barrier, destroys, exits 0.
+//   hostile_rank stream MIB N        rank 0 sends N tensors of MIB MiB to rank 1 (a stream that
+//                                    fills the ring, so both ranks block in turn).
+//   hostile_rank wait_for_1          rank 0 receives from rank 1, which joins and then sleeps
+//                                    (not blocked): the tests stop it with SIGSTOP.
+//   hostile_rank noinit              rank 1 never calls init_process_group (it sleeps); rank 0
+//                                    receives from it.
+//   hostile_rank reinit              init, destroy, init again: REINIT_ERROR type=... what=...
+//   hostile_rank chatter KIB         writes KIB KiB without a newline, then exits 0.
+//
+// Every rank that joins prints "READY rank=R pid=P".
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+
+#include "report.hpp"
+
+namespace dist = shmdist;
+using namespace shmdist::programs;
+
+namespace {
+
+void ready() {
+  emit("READY rank=" + std::to_string(dist::get_rank()) + " pid=" + std::to_string(getpid()));
+}
+
+int recv_expecting_failure(int src) {
+  dist::Tensor t = dist::zeros(4, dist::kFloat);
+  try {
+    dist::recv(t, src);
+  } catch (const dist::PeerFailure& e) {
+    emit("PEER_FAILURE rank=" + std::to_string(dist::get_rank()) + " what=" + one_line(e.what()));
+    return kExitCaughtPeerFailure;
+  }
+  emit("UNEXPECTED what=recv returned");
+  return kExitUnexpected;
+}
+
+int leave(int code, bool idle) {
+  dist::init_process_group("shm");
+  ready();
+  dist::barrier();
+  if (dist::get_rank() == 1) return code;  // no destroy_process_group
+  if (idle) {
+    for (;;) pause();  // ended by the launcher only
+  }
+  return recv_expecting_failure(1);
+}
+
+int leave_clean() {
+  dist::init_process_group("shm");
+  ready();
+  dist::Tensor pid = dist::zeros(1, dist::kInt);
+  if (dist::get_rank() == 1) {
+    pid.data<int>()[0] = getpid();
+    dist::send(pid, 0);
+    return 0;  // no destroy_process_group
+  }
+  dist::recv(pid, 1);
+  const pid_t peer = pid.data<int>()[0];
+  // A bound, not a threshold: rank 1 either ends promptly or waits for us forever.
+  for (int i = 0; i < 2000; ++i) {
+    std::string state;
+    {
+      const std::string path = "/proc/" + std::to_string(peer) + "/stat";
+      FILE* f = std::fopen(path.c_str(), "r");
+      if (f) {
+        char buf[512] = {};
+        if (std::fgets(buf, sizeof buf, f)) state = buf;
+        std::fclose(f);
+      }
+    }
+    const auto close = state.rfind(')');
+    if (state.empty() || (close != std::string::npos && close + 2 < state.size() &&
+                          (state[close + 2] == 'Z' || state[close + 2] == 'X'))) {
+      emit("PEER_EXITED pid=" + std::to_string(peer));
+      dist::Tensor more = dist::zeros(1, dist::kInt);
+      int code = 0;
+      try {
+        dist::recv(more, 1);
+        emit("UNEXPECTED what=second recv returned");
+        code = kExitUnexpected;
+      } catch (const dist::PeerFailure& e) {
+        emit("PEER_FAILURE rank=0 what=" + one_line(e.what()));
+      }
+      dist::destroy_process_group();
+      return code;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  emit("PEER_STILL_THERE pid=" + std::to_string(peer));
+  std::_Exit(kExitUnexpected);
+}
+
+int spawn(bool new_session) {
+  const pid_t child = fork();
+  if (child == 0) {
+    if (new_session) setsid();
+    execlp("sleep", "sleep", "77", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  emit("CHILD pid=" + std::to_string(child) + " rank=" + std::to_string(env_int("RANK", -1)));
+  dist::init_process_group("shm");
+  ready();
+  dist::barrier();
+  dist::destroy_process_group();
+  return 0;
+}
+
+int stream(int mib, int count) {
+  dist::init_process_group("shm");
+  ready();
+  dist::Tensor t = dist::zeros(static_cast<std::int64_t>(mib) << 18, dist::kFloat);
+  for (int i = 0; i < count; ++i) {
+    if (dist::get_rank() == 0) dist::send(t, 1);
+    else if (dist::get_rank() == 1) dist::recv(t, 0);
+    if (i == 0) emit("STREAMING rank=" + std::to_string(dist::get_rank()));
+  }
+  dist::destroy_process_group();
+  emit("DONE rank=" + std::to_string(env_int("RANK", -1)));
+  return 0;
+}
+
+int wait_for_1() {
+  dist::init_process_group("shm");
+  ready();
+  if (dist::get_rank() == 0) return recv_expecting_failure(1);
+  for (;;) pause();
+}
+
+int noinit() {
+  if (env_int("RANK", -1) == 1) {
+    emit("NOINIT rank=1 pid=" + std::to_string(getpid()));
+    for (;;) pause();
+  }
+  dist::init_process_group("shm");
+  ready();
+  return recv_expecting_failure(1);
+}
+
+int reinit() {
+  dist::init_process_group("shm");
+  ready();
+  dist::destroy_process_group();
+  try {
+    dist::init_process_group("shm");
+    emit("UNEXPECTED what=second init_process_group returned");
+    return kExitUnexpected;
+  } catch (const std::exception& e) {
+    emit(std::string("REINIT_ERROR type=") + error_type(e) + " what=" + one_line(e.what()));
+  }
+  return 0;
+}
+
+int chatter(int kib) {
+  const std::string chunk(1024, 'x');
+  for (int i = 0; i < kib; ++i) write_all(STDOUT_FILENO, chunk);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main([&] {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "leave" && argc == 3) return leave(std::atoi(argv[2]), false);
+    if (mode == "leave_idle" && argc == 3) return leave(std::atoi(argv[2]), true);
+    if (mode == "leave_clean") return leave_clean();
+    if (mode == "spawn" && argc == 3) return spawn(std::atoi(argv[2]) == 1);
+    if (mode == "stream" && argc == 4) return stream(std::atoi(argv[2]), std::atoi(argv[3]));
+    if (mode == "wait_for_1") return wait_for_1();
+    if (mode == "noinit") return noinit();
+    if (mode == "reinit") return reinit();
+    if (mode == "chatter" && argc == 3) return chatter(std::atoi(argv[2]));
+    emit_err("usage: hostile_rank leave CODE | leave_idle CODE | leave_clean | spawn 0|1 | "
+             "stream MIB N | wait_for_1 | noinit | reinit | chatter KIB");
+    return 2;
+  });
+}
