@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <thread>
 
 #include "segment/job_state.hpp"
@@ -107,8 +108,11 @@ struct RankLine {
 
 }  // namespace
 
-void print_hang_report(const segment::Segment& seg, std::ostream& out, const std::string& who,
+void print_hang_report(const segment::Segment& seg, std::ostream& report, const std::string& who,
                        const char* why, const JobView* view, std::chrono::milliseconds settle) {
+  // Composed first, written with one call: stderr is unbuffered and shared with the ranks, so
+  // piecewise writes would interleave with their output (and readers would see half a line).
+  std::ostringstream out;
   const int n = seg.world_size();
   std::vector<int> pids(n, 0);
   if (view)
@@ -214,7 +218,9 @@ void print_hang_report(const segment::Segment& seg, std::ostream& out, const std
     }
     out << "\n";
   }
-  out.flush();
+  const std::string text = out.str();
+  report.write(text.data(), static_cast<std::streamsize>(text.size()));
+  report.flush();
 }
 
 }  // namespace shmdist::job
