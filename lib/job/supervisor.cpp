@@ -52,8 +52,13 @@ int wait_pidfd(int pidfd, siginfo_t& info, int flags) {
 
 // Our children that are not ranks: orphans re-parented to us (we are a child subreaper).
 // /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN, so scan /proc for our ppid.
-std::vector<pid_t> children_of_this_process() {
-  std::vector<pid_t> out;
+struct Child {
+  pid_t pid;
+  bool zombie;  // already ended: reaped without a word
+};
+
+std::vector<Child> children_of_this_process() {
+  std::vector<Child> out;
   const pid_t me = getpid();
   DIR* dir = opendir("/proc");
   if (!dir) return out;
@@ -69,7 +74,7 @@ std::vector<pid_t> children_of_this_process() {
     char state = 0;
     long ppid = 0;
     if (std::sscanf(text.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == me)
-      out.push_back(static_cast<pid_t>(pid));
+      out.push_back({static_cast<pid_t>(pid), state == 'Z' || state == 'X'});
   }
   closedir(dir);
   return out;
@@ -259,10 +264,11 @@ void JobSupervisor::signal_live(int sig) {
 void JobSupervisor::end_left_behind() {
   for (int round = 0; round < 64; ++round) {
     std::vector<pollfd> fds;
-    for (pid_t pid : children_of_this_process()) {
+    for (const Child& child : children_of_this_process()) {
+      const pid_t pid = child.pid;
       const int fd = pidfd_open(pid, 0);
       if (fd < 0) continue;
-      if (round == 0) {
+      if (!child.zombie) {
         std::string comm;
         std::ifstream(std::string("/proc/") + std::to_string(pid) + "/comm") >> comm;
         std::fprintf(stderr, "%s: ending pid %d (%s), which a rank started and left running\n",

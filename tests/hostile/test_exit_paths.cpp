@@ -1,4 +1,8 @@
 // Ranks that end without destroy_process_group (issue 11, bug 1), and re-initialising.
+#include <unistd.h>
+
+#include <memory>
+
 #include <boost/test/unit_test.hpp>
 
 #include "hostile/hostile_helpers.hpp"
@@ -52,6 +56,29 @@ BOOST_AUTO_TEST_CASE(clean_return_without_destroy_delivers_and_does_not_wait) {
   const auto failures = lines_starting(r.out, "PEER_FAILURE");
   BOOST_REQUIRE(failures.size() == 1u);
   BOOST_TEST(contains(failures[0], "rank 1"));
+}
+
+// Without a launcher (torchrun-style variables), the rank that returns 5 says so itself: the
+// survivor's PeerFailure names it and its exit code (a peer could only tell "gone" before).
+BOOST_AUTO_TEST_CASE(nonzero_return_without_destroy_is_named_without_a_launcher) {
+  const int port = 40'000 + static_cast<int>(getpid() % 20'000);
+  std::vector<std::unique_ptr<LiveCommand>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    CommandOptions o = clean_options();
+    o.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+             {"MASTER_PORT", std::to_string(port)}};
+    ranks.push_back(std::make_unique<LiveCommand>(
+        std::vector<std::string>{program("hostile_rank"), "leave", "5"}, o));
+  }
+  const CommandResult r0 = ranks[0]->finish(60s);
+  const CommandResult r1 = ranks[1]->finish(60s);
+  BOOST_TEST_INFO("rank 0:\n" << r0.out << r0.err << "rank 1:\n" << r1.out << r1.err);
+  BOOST_TEST(r1.exit_code == 5);
+  BOOST_TEST(r0.exit_code == 42);
+  const auto failures = lines_starting(r0.out, "PEER_FAILURE");
+  BOOST_REQUIRE(failures.size() == 1u);
+  BOOST_TEST(contains(failures[0], "rank 1 (pid"));
+  BOOST_TEST(contains(failures[0], "exited with code 5"));
 }
 
 // One init per process under shmrun, said plainly (before: "Start the program with shmrun").

@@ -61,6 +61,24 @@ BOOST_AUTO_TEST_CASE(processes_left_by_a_rank_end_with_it) {
   reap_within(pid, 5s);
 }
 
+// launch() watches for hangs as shmrun does, in both modes: the report comes once, before
+// the job timeout ends the job.
+BOOST_AUTO_TEST_CASE(launch_reports_a_hang) {
+  for (const char* mode : {"threads", "processes"}) {
+    BOOST_TEST_CONTEXT(mode) {
+      const CommandResult r = run_command({program("hostile_launch"), "hang", mode}, clean_options(60s));
+      BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+      BOOST_TEST(r.exit_code == 0);
+      BOOST_TEST(contains(r.out, "DONE errors=11"));
+      BOOST_TEST(count_of(r.err, "shmdist::launch: the job looks hung: ") == 1);
+      BOOST_TEST(contains(r.err, "shmdist::launch: state of the job (no progress):"));
+      BOOST_TEST(contains(r.err, "deadlock: rank 0 waits for rank 1 (recv)"));
+      BOOST_TEST(contains(r.err, "LaunchOptions::job_timeout of 5000 ms"));
+      BOOST_TEST(r.err.find("looks hung") < r.err.find("(timeout):"));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(timeouts_are_validated) {
   for (Mode mode : all_modes()) {
     BOOST_TEST_CONTEXT(mode_name(mode)) {

@@ -7,6 +7,8 @@
 //   hostile_launch fd_limit          descriptors run out after 3 ranks started: SetupError, and
 //                                    then CLEANUP children=0|1 fds_before=N fds_after=M
 //   hostile_launch pgroup            a rank starts `sleep 77` and returns: CHILD pid=P state=..
+//   hostile_launch hang MODE         a 2-rank deadlock in MODE (threads|processes) with a short
+//                                    hang_report and a 5 s job_timeout: DONE errors=..
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -125,6 +127,20 @@ int pgroup() {
   return 0;
 }
 
+int hang(const std::string& mode) {
+  dist::LaunchOptions o;
+  o.mode = mode == "threads" ? dist::LaunchOptions::Mode::Threads
+                             : dist::LaunchOptions::Mode::Processes;
+  o.hang_report = std::chrono::milliseconds(200);
+  o.job_timeout = std::chrono::seconds(5);
+  auto out = dist::launch(2, [](dist::ProcessGroup& pg) {
+    dist::Tensor t = dist::zeros(1, dist::kInt);
+    pg.recv(t, 1 - pg.get_rank());
+  }, o);
+  emit("DONE errors=" + std::to_string(!out[0].ok()) + std::to_string(!out[1].ok()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +150,7 @@ int main(int argc, char** argv) {
     if (mode == "reaper_thread") return reaper_thread();
     if (mode == "fd_limit") return fd_limit();
     if (mode == "pgroup") return pgroup();
+    if (mode == "hang" && argc == 3) return hang(argv[2]);
     emit_err("usage: hostile_launch sigchld_ignored | reaper_thread | fd_limit | pgroup");
     return 2;
   });
