@@ -226,4 +226,24 @@ BOOST_AUTO_TEST_CASE(removing_a_name_never_removes_a_newer_segment) {
   BOOST_TEST(!object_exists(name));
 }
 
+// Issue 12, finding 6: every descriptor of a segment is close-on-exec (it is now from the
+// moment it exists, F_DUPFD_CLOEXEC; the window of dup() + fcntl cannot be shown by a test).
+BOOST_AUTO_TEST_CASE(segment_descriptors_are_close_on_exec) {
+  namespace rv = shmdist::detail;
+  const std::string name = object_name(rendezvous_port(8), 2);
+  rv::NamedObject created = rv::create_named_object(name, 2, 4096);
+  BOOST_REQUIRE(created.fd >= 0 && created.segment);
+  BOOST_TEST((fcntl(created.fd, F_GETFD) & FD_CLOEXEC) != 0);
+  BOOST_TEST((fcntl(created.segment->fd(), F_GETFD) & FD_CLOEXEC) != 0);
+  const rv::NamedObject opened = rv::open_named_object(name, 2, "test");
+  BOOST_TEST((fcntl(opened.fd, F_GETFD) & FD_CLOEXEC) != 0);
+  auto by_name = shmdist::segment::Segment::attach_name(name, 2);
+  BOOST_REQUIRE(by_name.valid());
+  BOOST_TEST((fcntl(by_name.fd(), F_GETFD) & FD_CLOEXEC) != 0);
+  rv::remove_name_of(created.fd, name);
+  auto named = shmdist::segment::Segment::create_named(2, 4096);
+  BOOST_TEST((fcntl(named.fd(), F_GETFD) & FD_CLOEXEC) != 0);
+  named.unlink_name();
+}
+
 BOOST_AUTO_TEST_SUITE_END()
