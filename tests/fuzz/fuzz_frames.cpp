@@ -6,8 +6,9 @@
 //      real consumer path: RingConsumer, check_record, decode_header, payload copies). Record
 //      stamps are fixed up before each record the bytes declare, so that the consumer looks
 //      at every record rather than stopping at the first wrong stamp. That ring is the last
-//      thing in the segment's mapping, and segments are mapped with a guard page after them,
-//      so a read past the ring faults (ASan alone cannot see reads inside one mapping).
+//      ring of the segment, and what follows it is made inaccessible (the collective area,
+//      then the guard page every segment mapping has), so a read past the ring faults (ASan
+//      alone cannot see reads inside one mapping).
 //   1: a segment image for Segment::validate (bit 0 of byte 1: pad the mapping to the size
 //      the header claims, up to 1 MiB; bits 1-2: the expected world size, 0 = any).
 //   2: one MessageHeader and a record length/kind, for decode_header and check_record.
@@ -21,6 +22,8 @@
 // Acceptable outcomes are returning normally or a shmdist::Error (PeerFailure, SetupError, or
 // the handler's refusal of a huge message). Anything else is a finding: a sanitizer report,
 // another exception, or a broken invariant (checked with __builtin_trap).
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -74,11 +77,18 @@ struct GuardedHandler : transport::InboundHandler {
   }
 };
 
+// A 2-rank segment whose 1->0 ring (the last ring) is followed by inaccessible memory: the
+// segment's guard page if the ring ends the mapping, else the areas after it (the collective
+// area, which the transport never touches) are made inaccessible here.
 std::shared_ptr<segment::Segment> two_rank_segment() {
   auto seg = std::make_shared<segment::Segment>(segment::Segment::create_anonymous(2, kRingSize));
-  // The 1->0 ring ends the mapping (and a guard page follows it).
-  require(seg->ring_data(1, 0) + kRingSize ==
-          reinterpret_cast<std::byte*>(&seg->header()) + seg->geometry().total_size);
+  std::byte* ring_end = seg->ring_data(1, 0) + kRingSize;
+  std::byte* mapping_end =
+      reinterpret_cast<std::byte*>(&seg->header()) + seg->geometry().total_size;
+  require(ring_end <= mapping_end &&
+          reinterpret_cast<std::uintptr_t>(ring_end) % segment::kPage == 0);
+  if (ring_end < mapping_end)
+    require(mprotect(ring_end, static_cast<std::size_t>(mapping_end - ring_end), PROT_NONE) == 0);
   return seg;
 }
 
