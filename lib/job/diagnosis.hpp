@@ -49,6 +49,6 @@ struct JobView {
 // ones (the caller's thread sleeps for that long).
 void print_hang_report(const segment::Segment& seg, std::ostream& out, const std::string& who,
                        const char* why, const JobView* view = nullptr,
-                       std::chrono::milliseconds settle = std::chrono::milliseconds(100));
+                       std::chrono::milliseconds settle = std::chrono::milliseconds(250));
 
 }  // namespace shmdist::job
