@@ -5,11 +5,14 @@
 //   shmrun -n 2 shmdist-bench bibw
 //   shmrun -n N shmdist-bench anysource   # rank 0 receives with ANY_SOURCE from N-1 senders
 //   shmrun -n 2 shmdist-bench idle        # CPU of a rank blocked in recv, % of one core
+//   shmrun -n N shmdist-bench allreduce   # also bcast, reduce, allgather, reduce_scatter,
+//                                         # alltoall: OSU style, float32, avg us per call
 //
 // Only the public API is used, as a user program would: messages are uint8 tensors over
 // 64-byte aligned buffers (Tensor::from_blob), built once per message size.
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include <shmdist/shmdist.hpp>
 
@@ -46,6 +49,41 @@ class ShmdistComm {
   int recv(Buffer& b, int src, int tag) { return shmdist::recv(b, src, {}, tag); }
   Request isend(const Buffer& b, int dst, int tag) { return shmdist::isend(b, dst, {}, tag); }
   Request irecv(Buffer& b, int src, int tag) { return shmdist::irecv(b, src, {}, tag); }
+  // Collectives on float32 tensors over the caller's buffers, built once per size.
+  std::function<void()> prepare(bench::Collective k, float* in, float* out, std::size_t count) {
+    using bench::Collective;
+    auto t = [](float* p, std::size_t n) {
+      return shmdist::Tensor::from_blob(p, {static_cast<std::int64_t>(n)}, shmdist::kFloat32);
+    };
+    const auto n = static_cast<std::size_t>(size_);
+    switch (k) {
+      case Collective::AllReduce:
+        return [x = t(out, count)]() mutable { shmdist::all_reduce(x); };
+      case Collective::Bcast:
+        return [x = t(out, count)]() mutable { shmdist::broadcast(x, 0); };
+      case Collective::Reduce:
+        return [x = t(out, count)]() mutable { shmdist::reduce(x, 0); };
+      case Collective::AllGather:
+        return [o = t(out, count * n), i = t(in, count)]() mutable {
+          shmdist::all_gather_into_tensor(o, i);
+        };
+      case Collective::ReduceScatter:
+        return [o = t(out, count), i = t(in, count * n)]() mutable {
+          shmdist::reduce_scatter_tensor(o, i);
+        };
+      case Collective::AllToAll:
+        return [o = t(out, count * n), i = t(in, count * n)]() mutable {
+          shmdist::all_to_all_single(o, i);
+        };
+    }
+    return [] {};
+  }
+  double mean(double v) {
+    shmdist::Tensor x = shmdist::Tensor::from_blob(&v, {1}, shmdist::kFloat64);
+    shmdist::all_reduce(x, shmdist::ReduceOp::AVG);
+    return v;
+  }
+
   void wait_all(std::vector<Request>& reqs) {
     for (Request& r : reqs) r.wait();
   }
@@ -61,6 +99,7 @@ class ShmdistComm {
   int size_ = 1;
 };
 static_assert(bench::Comm<ShmdistComm>);
+static_assert(bench::CollComm<ShmdistComm>);
 
 }  // namespace
 
@@ -71,7 +110,11 @@ int main(int argc, char** argv) {
       "for example: shmrun -n 2 shmdist-bench latency");
   try {
     ShmdistComm comm;
-    bench::run_test(comm, cmd.test, cmd.options);
+    if (cmd.collective)
+      bench::run_collective(comm, cmd.coll, cmd.options, comm.name(), comm.detail(),
+                            [&](const std::string& why) { comm.fail(why); });
+    else
+      bench::run_test(comm, cmd.test, cmd.options);
   } catch (const shmdist::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "shmdist-bench: %s\n", e.what());

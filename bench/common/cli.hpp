@@ -1,6 +1,7 @@
 // The command line shared by shmdist-bench and its MPI twin:
 //   PROGRAM [--min-size N] [--max-size N] [--iterations N] [--warmup N] [--window N]
 //           [--duration S] latency|bw|bibw|anysource|idle
+//           | allreduce|bcast|reduce|allgather|reduce_scatter|alltoall
 // Options may come before or after the test name.
 #pragma once
 
@@ -9,12 +10,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "osu_collectives.hpp"
 #include "osu_conventions.hpp"
 
 namespace bench {
 
 struct Command {
   Test test = Test::Latency;
+  bool collective = false;  // then `coll` says which (osu_collectives.hpp)
+  Collective coll = Collective::AllReduce;
   Options options;
 };
 
@@ -33,9 +37,9 @@ inline Command parse_command_line(int argc, char** argv, const std::string& desc
   Command cmd;
   Options& o = cmd.options;
   app.add_option("--min-size", o.min_size,
-                 "smallest message in bytes (default 0 for latency/anysource, else 1)")
+                 "smallest message in bytes (default 0 for latency/anysource, 4 for collectives, else 1)")
       ->check(CLI::Range(0L, long(kMaxMessageSize) * 256));
-  app.add_option("--max-size", o.max_size, "largest message in bytes (default 4194304)")
+  app.add_option("--max-size", o.max_size, "largest message in bytes (default 4194304; 16777216 for collectives)")
       ->check(CLI::Range(0L, long(kMaxMessageSize) * 256));
   app.add_option("--iterations,-i", o.iterations,
                  "timed iterations for every size (default: OSU's, by test and size)")
@@ -65,6 +69,23 @@ inline Command parse_command_line(int argc, char** argv, const std::string& desc
   for (const Entry& e : entries) {
     CLI::App* sub = app.add_subcommand(e.name, e.help);
     sub->callback([&cmd, t = e.test] { cmd.test = t; });
+  }
+  struct CollEntry {
+    const char* name;
+    Collective coll;
+  };
+  const CollEntry colls[] = {{"allreduce", Collective::AllReduce}, {"bcast", Collective::Bcast},
+                             {"reduce", Collective::Reduce}, {"allgather", Collective::AllGather},
+                             {"reduce_scatter", Collective::ReduceScatter},
+                             {"alltoall", Collective::AllToAll}};
+  for (const CollEntry& e : colls) {
+    CLI::App* sub = app.add_subcommand(
+        e.name, std::string("osu_") + e.name + " style: float32, average us per call across ranks "
+                "(sizes 4 B to 16 MiB by default)");
+    sub->callback([&cmd, k = e.coll] {
+      cmd.collective = true;
+      cmd.coll = k;
+    });
   }
   try {
     app.parse(argc, argv);

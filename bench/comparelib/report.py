@@ -19,6 +19,8 @@ PT2PT = [("latency", "latency_us", "Latency (us), lower is better",
          ("bibw", "bandwidth_mbs", "Bi-directional bandwidth (MB/s), higher is better",
           "ratio = shmdist / other; /memcpy = fraction of one core's memcpy rate")]
 
+COLLECTIVE_TESTS = ["allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall"]
+
 
 def median(values):
     values = [v for v in values if v is not None]
@@ -93,6 +95,33 @@ class Report:
             else "memcpy_4MiB"
         return median([f[probe][0] for f in self.floors.values() if probe in f])
 
+    def _collectives_text(self):
+        """Average us per call; ratio = shmdist / other (below 1: shmdist is faster)."""
+        out = []
+        for test in COLLECTIVE_TESTS:
+            ranks_seen = sorted({r["ranks"] for r in self.records if r["test"] == test})
+            for ranks in ranks_seen:
+                others = [t for t in self.transports(test) if t != "shmdist"]
+                sizes = sorted({r["size"] for r in self.records
+                                if r["test"] == test and r["ranks"] == ranks})
+                if not sizes:
+                    continue
+                out.append("")
+                out.append("%s, %d ranks: average us per call (ratio = shmdist / other, below 1 "
+                           "means shmdist is faster)" % (test, ranks))
+                out.append("%10s%10s" % ("size", "shmdist") +
+                           "".join("%10s%8s" % (o, "ratio") for o in others) + "   state")
+                for size in sizes:
+                    mine = self.value(test, "shmdist", "latency_us", size, ranks)
+                    line = "%10d%s" % (size, fmt(mine))
+                    for o in others:
+                        theirs = self.value(test, o, "latency_us", size, ranks)
+                        ratio = mine / theirs if mine and theirs else None
+                        line += fmt(theirs) + fmt(ratio, 8)
+                    state = self.state(test, ["shmdist"] + others, "latency_us", size, ranks)
+                    out.append(line + "   " + state)
+        return out
+
     def drift_probes(self):
         return [r["value"] for r in self.records if r["test"] == "floor-drift"]
 
@@ -110,6 +139,7 @@ class Report:
         for test, metric, title, legend in PT2PT:
             out.extend(self._pt2pt_text(test, metric, title, legend))
         out.extend(self._anysource_text())
+        out.extend(self._collectives_text())
         out.extend(self._idle_text())
         if self.notes or self.failures:
             out.append("")

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/gloo/gloo_bench.py [-n RANKS] [--min-size N] [--max-size N]
         [--iterations N] [--warmup N] [--window N] latency|bw|bibw|anysource
+        | allreduce|bcast|reduce|allgather|reduce_scatter|alltoall
 
 The script starts its own ranks (it is its own launcher) and prints the same OSU-style output
 as shmdist-bench (bench/common/osu_loops.hpp holds the reference loops). Exits 3 with a
@@ -170,6 +171,65 @@ def run_anysource(dist, torch, args, me, world):
             row(size, lat)
 
 
+COLLECTIVES = {
+    "allreduce": "Allreduce Latency", "bcast": "Broadcast Latency", "reduce": "Reduce Latency",
+    "allgather": "Allgather Latency", "reduce_scatter": "Reduce_scatter Latency",
+    "alltoall": "All-to-All Latency",
+}
+
+
+def run_collective(dist, torch, args, me, world):
+    """bench/common/osu_collectives.hpp's loop: float32, each call timed alone and followed by
+    a barrier, average us per call across ranks. Sizes as there (allgather: each rank's part;
+    alltoall: each pair's; reduce_scatter: each rank's whole input). gloo in torch 1.13 has no
+    reduce_scatter: that test prints a comment and no rows."""
+    test = args.test
+    if me == 0:
+        title(COLLECTIVES[test], torch)
+        print("# [ ranks: %d ] [ float32; average time per call across ranks ]" % world)
+        header("Avg Latency(us)")
+    if test == "reduce_scatter":
+        if me == 0:
+            print("# reduce_scatter: not supported by the gloo backend of torch %s"
+                  % torch.__version__)
+        return
+    lo = args.min_size if args.min_size is not None else 4
+    hi = args.max_size if args.max_size is not None else 16 << 20
+    size = lo
+    while size <= hi:
+        e = max(size // 4, 1)
+        x = torch.ones(e, dtype=torch.float32)
+        if test == "allgather":
+            outs = [torch.zeros(e) for _ in range(world)]
+            call = lambda: dist.all_gather(outs, x)
+        elif test == "alltoall":
+            inp, out = torch.ones(e * world), torch.zeros(e * world)
+            call = lambda: dist.all_to_all_single(out, inp)
+        elif test == "bcast":
+            call = lambda: dist.broadcast(x, 0)
+        elif test == "reduce":
+            call = lambda: dist.reduce(x, 0)
+        else:
+            call = lambda: dist.all_reduce(x)
+        iters, skip = (100, 10) if size > LARGE else (1000, 200)
+        iters = args.iterations or iters
+        skip = skip if args.warmup is None else args.warmup
+        total = 0.0
+        dist.barrier()
+        for i in range(skip + iters):
+            t0 = time.perf_counter()
+            call()
+            t = time.perf_counter() - t0
+            if i >= skip:
+                total += t
+            dist.barrier()
+        avg = torch.tensor([total * 1e6 / iters], dtype=torch.float64)
+        dist.all_reduce(avg)
+        if me == 0:
+            row(size, avg.item() / world)
+        size *= 2
+
+
 def rank_main(args):
     import torch
     import torch.distributed as dist
@@ -186,6 +246,8 @@ def rank_main(args):
         run_bandwidth(dist, torch, args, me)
     elif args.test == "bibw":
         run_bibandwidth(dist, torch, args, me)
+    elif args.test in COLLECTIVES:
+        run_collective(dist, torch, args, me, args.nproc)
     else:
         run_anysource(dist, torch, args, me, args.nproc)
     dist.barrier()
@@ -240,7 +302,7 @@ def launch(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("test", choices=["latency", "bw", "bibw", "anysource"])
+    ap.add_argument("test", choices=["latency", "bw", "bibw", "anysource"] + list(COLLECTIVES))
     ap.add_argument("-n", "--nproc", type=int, default=2)
     ap.add_argument("--min-size", type=int)
     ap.add_argument("--max-size", type=int)

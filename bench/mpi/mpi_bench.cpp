@@ -4,9 +4,11 @@
 //
 //   mpirun -n 2 --mca pml ob1 --mca btl self,vader shmdist-mpi-bench latency
 //   mpirun -n 3 --oversubscribe --mca mpi_yield_when_idle 1 shmdist-mpi-bench anysource
+//   mpirun -n 2 --mca pml ob1 --mca btl self,vader shmdist-mpi-bench allreduce
 #include <mpi.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "cli.hpp"
@@ -65,6 +67,36 @@ class MpiComm {
     MPI_Irecv(b.data, b.count, MPI_CHAR, source(src), tag, MPI_COMM_WORLD, &r);
     return r;
   }
+  // The collectives, as osu_allreduce and friends call them (in place where shmdist is).
+  std::function<void()> prepare(bench::Collective k, float* in, float* out, std::size_t count) {
+    using bench::Collective;
+    const int c = static_cast<int>(count);
+    const bool root = rank_ == 0;
+    switch (k) {
+      case Collective::AllReduce:
+        return [=] { MPI_Allreduce(MPI_IN_PLACE, out, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+      case Collective::Bcast:
+        return [=] { MPI_Bcast(out, c, MPI_FLOAT, 0, MPI_COMM_WORLD); };
+      case Collective::Reduce:
+        return [=] {
+          MPI_Reduce(root ? MPI_IN_PLACE : out, root ? out : nullptr, c, MPI_FLOAT, MPI_SUM, 0,
+                     MPI_COMM_WORLD);
+        };
+      case Collective::AllGather:
+        return [=] { MPI_Allgather(in, c, MPI_FLOAT, out, c, MPI_FLOAT, MPI_COMM_WORLD); };
+      case Collective::ReduceScatter:
+        return [=] { MPI_Reduce_scatter_block(in, out, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+      case Collective::AllToAll:
+        return [=] { MPI_Alltoall(in, c, MPI_FLOAT, out, c, MPI_FLOAT, MPI_COMM_WORLD); };
+    }
+    return [] {};
+  }
+  double mean(double v) {
+    double sum = 0;
+    MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum / size_;
+  }
+
   void wait_all(std::vector<Request>& reqs) {
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
@@ -81,6 +113,7 @@ class MpiComm {
   int size_ = 1;
 };
 static_assert(bench::Comm<MpiComm>);
+static_assert(bench::CollComm<MpiComm>);
 
 }  // namespace
 
@@ -90,6 +123,10 @@ int main(int argc, char** argv) {
       "shmdist-mpi-bench: shmdist-bench's loops over MPI. Run under mpirun, for example: "
       "mpirun -n 2 --mca btl self,vader shmdist-mpi-bench latency");
   MpiComm comm(&argc, &argv);
-  bench::run_test(comm, cmd.test, cmd.options);
+  if (cmd.collective)
+    bench::run_collective(comm, cmd.coll, cmd.options, comm.name(), comm.detail(),
+                          [&](const std::string& why) { comm.fail(why); });
+  else
+    bench::run_test(comm, cmd.test, cmd.options);
   return 0;
 }
