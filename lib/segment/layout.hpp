@@ -4,12 +4,14 @@
 //   [SegmentHeader]                        one per job, offset 0
 //   [RankControl x world]                  one per rank: doorbell, ready hints, state, blocked-on
 //   [RingControl x world*(world-1)]        one per ordered pair: the consumer's published tail
-//   [ring data x world*(world-1)]          ring_size bytes each, page aligned
 //   [CollControl x world]                  one per rank: its collective round counters
-//   [collective slots x world*2]           per rank and parity: kLine header + coll_slot_size
+//   [collective slots x world*2]           per rank and parity: a kLine header, then
+//                                          default_coll_slot_size(world) bytes, page aligned
+//   [ring data x world*(world-1)]          ring_size bytes each, page aligned, last
 //
-// Size: ring_data_offset + world*(world-1)*ring_size + page-aligned world*2*kLine control
-// + world*2*(kLine + coll_slot_size) rounded to pages, with default_coll_slot_size(world) below.
+// Size, page-rounded where marked:
+//   pages(2*kLine + world*4*kLine + world*(world-1)*2*kLine + world*2*kLine)
+//   + world*2*pages(kLine + coll_slot_size) + world*(world-1)*ring_size
 //
 // Bump kLayoutVersion whenever anything here changes meaning or size.
 #pragma once
@@ -201,13 +203,15 @@ struct Geometry {
     const std::uint64_t rings = std::uint64_t{world_size} * (world_size - 1);
     g.rank_control_offset = sizeof(SegmentHeader);
     g.ring_control_offset = g.rank_control_offset + std::uint64_t{world_size} * sizeof(RankControl);
-    g.ring_data_offset = align_up(g.ring_control_offset + rings * sizeof(RingControl), kPage);
-    g.coll_control_offset = g.ring_data_offset + rings * ring_size;
+    // The collective area sits before the ring data, so that the last ring ends the segment
+    // (a guard page follows every mapping: a read past the last ring faults).
+    g.coll_control_offset = g.ring_control_offset + rings * sizeof(RingControl);
     g.coll_slot_offset =
         align_up(g.coll_control_offset + std::uint64_t{world_size} * sizeof(CollControl), kPage);
     g.coll_slot_size = default_coll_slot_size(world_size);
     g.coll_slot_stride = align_up(kCollSlotHeader + g.coll_slot_size, kPage);
-    g.total_size = g.coll_slot_offset + std::uint64_t{world_size} * 2 * g.coll_slot_stride;
+    g.ring_data_offset = g.coll_slot_offset + std::uint64_t{world_size} * 2 * g.coll_slot_stride;
+    g.total_size = g.ring_data_offset + rings * ring_size;
     return g;
   }
   // Slot `parity` (0 or 1) of `rank`, from the segment's base.

@@ -224,8 +224,9 @@ BOOST_AUTO_TEST_CASE(attach_fd_on_crafted_memfds) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// The collective area sits after the rings: one CollControl per rank, then two slots per rank
-// of default_coll_slot_size(world) data bytes behind a one-line header, page aligned; the
+// The collective area sits between the ring controls and the ring data (the last ring ends
+// the segment): one CollControl per rank, then two slots per rank of
+// default_coll_slot_size(world) data bytes behind a one-line header, page aligned; the
 // segment's size is exactly that (the README's formula).
 BOOST_AUTO_TEST_CASE(collective_area_geometry) {
   using shmdist::segment::Geometry;
@@ -234,13 +235,19 @@ BOOST_AUTO_TEST_CASE(collective_area_geometry) {
     const std::uint64_t ring = 65536;
     const Geometry g = Geometry::compute(world, ring);
     const std::uint64_t rings = std::uint64_t{world} * (world - 1);
-    BOOST_TEST(g.coll_control_offset == g.ring_data_offset + rings * ring);
+    BOOST_TEST(g.coll_control_offset == g.ring_control_offset + rings * sizeof(seg::RingControl));
     BOOST_TEST(g.coll_slot_offset % seg::kPage == 0u);
     BOOST_TEST(g.coll_slot_offset >= g.coll_control_offset + world * sizeof(seg::CollControl));
     BOOST_TEST(g.coll_slot_size == seg::default_coll_slot_size(world));
     BOOST_TEST(g.coll_slot_stride == seg::align_up(seg::kCollSlotHeader + g.coll_slot_size, seg::kPage));
-    BOOST_TEST(g.total_size == g.coll_slot_offset + world * 2 * g.coll_slot_stride);
-    BOOST_TEST(g.coll_slot(world - 1, 1) + g.coll_slot_stride == g.total_size);
+    BOOST_TEST(g.ring_data_offset == g.coll_slot_offset + world * 2 * g.coll_slot_stride);
+    BOOST_TEST(g.coll_slot(world - 1, 1) + g.coll_slot_stride == g.ring_data_offset);
+    BOOST_TEST(g.total_size == g.ring_data_offset + rings * ring);
+    const std::uint64_t control = 2 * seg::kLine + world * 4 * seg::kLine +
+                                  rings * 2 * seg::kLine + world * 2 * seg::kLine;
+    BOOST_TEST(g.total_size == seg::align_up(control, seg::kPage) +
+                                   world * 2 * seg::align_up(seg::kLine + g.coll_slot_size, seg::kPage) +
+                                   rings * ring);
   }
   BOOST_TEST(seg::default_coll_slot_size(8) == 256u * 1024);
   BOOST_TEST(seg::default_coll_slot_size(16) == 128u * 1024);
