@@ -123,7 +123,12 @@ void ProcessGroup::Impl::end_without_destroy(std::optional<int> exit_status) {
   if (destroyed) return;
   destroyed = true;
   if (exit_status && *exit_status != 0) {
-    segment::record_job_failure(*segment, rank, segment::EndKind::Exited, *exit_status);
+    // Not if the job was aborted already: this exit is then a consequence (a caught
+    // PeerFailure), and the first cause must stay the one peers are told about.
+    const bool aborted = segment->header().job_state.load(std::memory_order_acquire) ==
+                         static_cast<std::uint32_t>(segment::JobState::Aborted);
+    if (!aborted)
+      segment::record_job_failure(*segment, rank, segment::EndKind::Exited, *exit_status);
     segment::record_rank_end(*segment, rank, segment::EndKind::Exited, *exit_status);
     engine->abandon(engine::Clock::duration::zero(), false, std::cerr);
   } else {

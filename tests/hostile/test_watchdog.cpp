@@ -110,6 +110,18 @@ BOOST_AUTO_TEST_CASE(hang_report_zero_is_off) {
   BOOST_TEST(contains(r.err, "(timeout):"), r.err);  // the timeout's report still comes
 }
 
+// Ranks that catch the timeout's PeerFailure and return non-zero without destroy do not
+// become the job's failure: every rank is told about the timeout, shmrun exits 124.
+BOOST_AUTO_TEST_CASE(ranks_failing_after_a_timeout_do_not_hide_it) {
+  const CommandResult r = run_command(
+      shmrun({"-n", "3", "--timeout", "1s", program("fault_rank"), "hang"}), clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(r.exit_code == 124);
+  const auto failures = lines_starting(r.out, "PEER_FAILURE");
+  BOOST_TEST(failures.size() == 3u);
+  for (const auto& line : failures) BOOST_TEST(contains(line, "shmrun --timeout"), line);
+}
+
 // since_ns is written by a rank: garbage gives "unknown", never overflow.
 BOOST_AUTO_TEST_CASE(blocked_time_saturates) {
   using shmdist::job::elapsed_ms;
