@@ -157,6 +157,7 @@ void ProcessGroup::destroy() {
   s.engine->finalize(std::cerr);
   s.destroyed = true;
   s.engine.reset();
+  s.world_lane.reset();  // it holds the segment too
   s.segment.reset();
   if (s.after_destroy) s.after_destroy();
 }
