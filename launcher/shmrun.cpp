@@ -20,11 +20,11 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
-#include "job/duration.hpp"
 #include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
-#include "pg/env.hpp"
+#include "pg/config.hpp"
+#include "pg/duration.hpp"
 #include "segment/segment.hpp"
 
 namespace {
@@ -59,24 +59,20 @@ Settings check_options(const Options& opt) {
   sup.tag_output = opt.tag_output;
   sup.handle_signals = true;
   sup.end_descendants = true;
-  if (!opt.timeout.empty()) sup.job_timeout = job::parse_duration(opt.timeout, "--timeout");
-  sup.term_grace = job::parse_duration(opt.grace, "--grace");
+  if (!opt.timeout.empty()) sup.job_timeout = env::parse_duration(opt.timeout, "--timeout");
+  sup.term_grace = env::parse_duration(opt.grace, "--grace");
   if (opt.hang_report == "0") sup.hang_report = std::chrono::milliseconds(0);
   else if (!opt.hang_report.empty())
-    sup.hang_report = job::parse_duration(opt.hang_report, "--hang-report");
+    sup.hang_report = env::parse_duration(opt.hang_report, "--hang-report");
   return s;
 }
 
 // The SHMDIST_* variables shmrun reads for itself, where no option says otherwise (a bad
 // value there is a runtime error, exit 1, as for the ranks).
 void apply_environment(const Options& opt, Settings& s) {
-  if (opt.ring_size.empty()) {
-    if (const auto env_size = env::get("SHMDIST_RING_SIZE")) {
-      s.ring_size = segment::parse_byte_size(*env_size, "SHMDIST_RING_SIZE");
-      segment::check_ring_size(s.ring_size, "SHMDIST_RING_SIZE");
-    }
-  }
-  if (opt.hang_report.empty()) s.supervisor.hang_report = job::hang_report_interval(s.supervisor.hang_report);
+  const config::Config env = config::from_environment({"SHMDIST_RING_SIZE", "SHMDIST_HANG_REPORT"});
+  if (opt.ring_size.empty() && env.ring_size) s.ring_size = *env.ring_size;
+  if (opt.hang_report.empty() && env.hang_report) s.supervisor.hang_report = *env.hang_report;
 }
 
 // Forks the ranks, each with its environment, the segment descriptor, its CPU (--bind-to
@@ -87,7 +83,6 @@ void start_ranks(const Options& opt, const segment::Segment& seg, const std::str
   std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
   for (int r = 0; r < opt.nproc; ++r) {
     job::SpawnSpec spec;
-    spec.rank = r;
     spec.inherit_fd = seg.fd();
     spec.env = {{"RANK", std::to_string(r)},
                 {"WORLD_SIZE", std::to_string(opt.nproc)},
@@ -140,10 +135,7 @@ int run(const Options& opt, Settings settings) {
   // No name at all: a signal at any point of start-up can leave nothing in /dev/shm.
   segment::Segment seg = segment::Segment::create_memfd(opt.nproc, settings.ring_size);
   const std::string name = "memfd:" + std::to_string(getpid());
-  char job_key_text[32];
-  std::snprintf(job_key_text, sizeof job_key_text, "%016llx",
-                static_cast<unsigned long long>(seg.header().job_key));
-  const std::string job_key = job_key_text;
+  const std::string job_key = segment::format_job_key(seg.header().job_key);
 
   job::JobSupervisor supervisor(seg, settings.supervisor);
   supervisor.install_signal_handling();

@@ -22,7 +22,6 @@
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
 #include "pg/default_group.hpp"
-#include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
 
@@ -47,11 +46,11 @@ std::string describe_exception(std::exception_ptr e) {
 // this rank's failure before the group is torn down, so peers stop waiting at once.
 std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
                      const std::function<void(ProcessGroup&)>& fn, const LaunchOptions& options,
-                     long spin_us) {
+                     const config::Config& config) {
   std::optional<ProcessGroup> pg;
   try {
     pg.emplace(detail::ProcessGroupAccess::make(
-        std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us,
+        std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
                                              /*supervised=*/true)));
     detail::set_thread_default(&*pg);
     fn(*pg);
@@ -74,16 +73,11 @@ std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
   }
 }
 
-// SHMDIST_SPIN_US applies to launched jobs as to shmrun's (read once, in the caller).
-long spin_override() {
-  const auto v = env::get_int("SHMDIST_SPIN_US", 0, 1'000'000);
-  return v ? static_cast<long>(*v) : -1;
-}
-
 // LaunchOptions::hang_report, else SHMDIST_HANG_REPORT, else 30 s.
-std::chrono::milliseconds hang_report_for(const LaunchOptions& options) {
+std::chrono::milliseconds hang_report_for(const LaunchOptions& options,
+                                          const config::Config& config) {
   if (options.hang_report) return *options.hang_report;
-  return job::hang_report_interval(std::chrono::seconds(30));
+  return config.hang_report.value_or(std::chrono::seconds(30));
 }
 
 std::uint64_t ring_size_for(int n, const LaunchOptions& options) {
@@ -92,6 +86,8 @@ std::uint64_t ring_size_for(int n, const LaunchOptions& options) {
 
 std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessGroup&)>& fn,
                                         const LaunchOptions& options) {
+  // The SHMDIST_* variables apply to launched jobs as to shmrun's (read once, here).
+  const config::Config config = config::from_environment();
   auto seg = std::make_shared<segment::Segment>(
       segment::Segment::create_anonymous(n, ring_size_for(n, options)));
   seg->header().flags |= segment::kThreadMode | segment::kStartedByLaunch;
@@ -99,11 +95,10 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
   std::mutex mu;
   std::condition_variable cv;
   int running = n;
-  const long spin_us = spin_override();
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      std::string error = run_rank(seg, r, fn, options, spin_us);
+      std::string error = run_rank(seg, r, fn, options, config);
       std::lock_guard lock(mu);
       out[r].rank = r;
       out[r].error = std::move(error);
@@ -114,7 +109,7 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
   }
   // The job timeout and the hang watchdog (job/progress.hpp), as JobSupervisor does for
   // processes.
-  const auto hang_after = hang_report_for(options);
+  const auto hang_after = hang_report_for(options, config);
   const auto started = std::chrono::steady_clock::now();
   const auto deadline = options.job_timeout.count() > 0 ? started + options.job_timeout
                                                         : std::chrono::steady_clock::time_point::max();
@@ -168,6 +163,7 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
 
 std::vector<RankOutcome> launch_processes(int n, const std::function<void(ProcessGroup&)>& fn,
                                           const LaunchOptions& options) {
+  const config::Config config = config::from_environment();
   auto seg = std::make_shared<segment::Segment>(
       segment::Segment::create_anonymous(n, ring_size_for(n, options)));
   seg->header().flags |= segment::kStartedByLaunch;
@@ -175,7 +171,7 @@ std::vector<RankOutcome> launch_processes(int n, const std::function<void(Proces
   sup_options.name = "shmdist::launch";
   sup_options.job_timeout = options.job_timeout;
   sup_options.term_grace = options.grace;
-  sup_options.hang_report = hang_report_for(options);
+  sup_options.hang_report = hang_report_for(options, config);
   sup_options.rank_process_groups = true;
   sup_options.timeout_setting = "LaunchOptions::job_timeout";
   sup_options.hang_report_setting = "LaunchOptions::hang_report or SHMDIST_HANG_REPORT";
@@ -185,7 +181,6 @@ std::vector<RankOutcome> launch_processes(int n, const std::function<void(Proces
     for (int& fd : error_pipes)
       if (fd >= 0) close(std::exchange(fd, -1));
   };
-  const long spin_us = spin_override();
   try {
     for (int r = 0; r < n; ++r) {
       int p[2];
@@ -194,12 +189,11 @@ std::vector<RankOutcome> launch_processes(int n, const std::function<void(Proces
                          std::to_string(r) + ": " + std::strerror(errno));
       error_pipes[r] = p[0];
       job::SpawnSpec spec;
-      spec.rank = r;
       spec.new_process_group = true;
       pid_t pid = -1;
       try {
         pid = job::spawn_function(spec, [&, r, w = p[1]] {
-          const std::string error = run_rank(seg, r, fn, options, spin_us);
+          const std::string error = run_rank(seg, r, fn, options, config);
           if (!error.empty()) {
             [[maybe_unused]] auto n_written = write(w, error.data(), error.size());
           }

@@ -5,8 +5,6 @@
 #include <sstream>
 
 #include "job/diagnosis.hpp"
-#include "job/duration.hpp"
-#include "pg/env.hpp"
 
 namespace shmdist::job {
 
@@ -122,13 +120,6 @@ std::string hang_verdict(const segment::Segment& seg, const ProgressTracker& tra
   }
   if (live == 0 || waiting == 0) return {};
   return "every rank still running is blocked, stopped or not joined, with no progress";
-}
-
-std::chrono::milliseconds hang_report_interval(std::chrono::milliseconds fallback) {
-  const auto v = env::get("SHMDIST_HANG_REPORT");
-  if (!v) return fallback;
-  if (*v == "0") return std::chrono::milliseconds(0);
-  return parse_duration(*v, "SHMDIST_HANG_REPORT");
 }
 
 }  // namespace shmdist::job

@@ -54,7 +54,4 @@ std::string hang_verdict(const segment::Segment& seg, const ProgressTracker& tra
                          const std::vector<bool>& ended, std::chrono::steady_clock::time_point now,
                          std::chrono::milliseconds after);
 
-// SHMDIST_HANG_REPORT ("30s", "500ms", "0" = off), or `fallback` if it is not set.
-std::chrono::milliseconds hang_report_interval(std::chrono::milliseconds fallback);
-
 }  // namespace shmdist::job

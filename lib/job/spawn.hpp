@@ -14,7 +14,6 @@
 namespace shmdist::job {
 
 struct SpawnSpec {
-  int rank = 0;
   std::vector<std::pair<std::string, std::string>> env;  // set in the child
   int inherit_fd = -1;        // a descriptor the child keeps (close-on-exec cleared)
   int cpu = -1;               // >= 0: bind the child to this CPU

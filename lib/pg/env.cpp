@@ -13,7 +13,8 @@ std::optional<std::string> get(const char* name) {
   return std::string(v);
 }
 
-long long parse_int(const char* name, const std::string& value, long long min, long long max) {
+long long parse_int(const char* name, const std::string& value, long long min, long long max,
+                    const char* hint) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(value.c_str(), &end, 10);
@@ -21,8 +22,7 @@ long long parse_int(const char* name, const std::string& value, long long min, l
   if (!number || v < min || v > max)
     throw SetupError("environment variable " + std::string(name) + "='" + value + "' is " +
                      (number ? "out of range" : "not an integer") + ": expected an integer from " +
-                     std::to_string(min) + " to " + std::to_string(max) +
-                     ". Start the program with 'shmrun -n N program', which sets it.");
+                     std::to_string(min) + " to " + std::to_string(max) + ". " + hint);
   return v;
 }
 

@@ -11,6 +11,7 @@
 
 #include "coll/shm_lane.hpp"
 #include "engine/engine.hpp"
+#include "pg/config.hpp"
 #include "pg/group_info.hpp"
 #include "segment/segment.hpp"
 
@@ -32,8 +33,9 @@ struct ProcessGroup::Impl {
 
   // Builds the group state for `rank` of the job in `segment`. `supervised`: a launcher
   // records how ranks end (shmrun, launch()); otherwise peers' processes are watched.
+  // `config`: the job's SHMDIST_* settings (spin policy, health-check interval).
   Impl(std::shared_ptr<segment::Segment> segment, int rank, std::chrono::milliseconds timeout,
-       long spin_us_override, bool supervised);
+       const config::Config& config, bool supervised);
 
   // The rank ends without destroy_process_group (pg/process_group.cpp): never waits for the
   // peers. `exit_status`: the process's exit status when known (exit, return from main).

@@ -3,8 +3,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "pg/rendezvous.hpp"
@@ -43,13 +41,8 @@ RankAndWorld rank_and_world(const InitOptions& options, const char* rank_var,
   return rw;
 }
 
-long spin_override() {
-  const auto v = env::get_int("SHMDIST_SPIN_US", 0, 1'000'000);
-  return v ? static_cast<long>(*v) : -1;
-}
-
 std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
-                                                const std::string& fd_text) {
+                                                const config::Config& config, int fd) {
   // The descriptor is closed after the first join, and a rank joins its job once.
   static bool joined = false;
   if (joined)
@@ -58,21 +51,19 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
         "each process initializes the process group once (re-initializing after "
         "destroy_process_group is not supported). Keep the group for the whole program.");
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
-  const int fd = static_cast<int>(env::parse_int("SHMDIST_SEGMENT_FD", fd_text, 0, 1 << 20));
   std::shared_ptr<segment::Segment> seg;
   try {
     seg = std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, rw.world));
   } catch (const SetupError& e) {
-    throw SetupError("SHMDIST_SEGMENT_FD=" + fd_text + ": " + e.what() + " " + kUseShmrun);
+    throw SetupError("SHMDIST_SEGMENT_FD=" + std::to_string(fd) + ": " + e.what() + " " +
+                     kUseShmrun);
   }
   ::close(fd);  // the mapping stays; programs this rank starts must not inherit the segment
-  if (const auto key = env::get("SHMDIST_JOB_KEY")) {
-    char expected[32];
-    std::snprintf(expected, sizeof expected, "%016llx",
-                  static_cast<unsigned long long>(seg->header().job_key));
-    if (*key != expected)
+  if (config.job_key) {
+    const std::string found = segment::format_job_key(seg->header().job_key);
+    if (*config.job_key != found)
       throw SetupError("the segment behind SHMDIST_SEGMENT_FD belongs to another job (job key " +
-                       std::string(expected) + ", expected " + *key + "). " + kUseShmrun);
+                       found + ", expected " + *config.job_key + "). " + kUseShmrun);
   }
   const auto& rc = seg->rank_control(rw.rank);
   if (rc.state.load(std::memory_order_acquire) != 0)
@@ -80,7 +71,7 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                      std::to_string(rc.pid.load()) +
                      "); each rank may call init_process_group once per job");
   auto impl = std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
-                                                   spin_override(), /*supervised=*/true);
+                                                   config, /*supervised=*/true);
   joined = true;
   return impl;
 }
@@ -94,16 +85,17 @@ std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& opt
   if (options.timeout.count() <= 0)
     throw InvalidArgument("InitOptions::timeout must be positive, got " +
                           std::to_string(options.timeout.count()) + " ms");
-  if (const auto fd = env::get("SHMDIST_SEGMENT_FD")) return join_shmrun(options, *fd);
+  const config::Config config = config::from_environment();
+  if (config.segment_fd) return join_shmrun(options, config, *config.segment_fd);
 
   // Foreign launchers: torchrun-style, Open MPI, PMI.
   if (env::get("OMPI_COMM_WORLD_RANK") || env::get("OMPI_COMM_WORLD_SIZE")) {
     const RankAndWorld rw = rank_and_world(options, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-    return join_by_rendezvous(rw.rank, rw.world, mpi_job_id(), options, spin_override());
+    return join_by_rendezvous(rw.rank, rw.world, mpi_job_id(), options, config);
   }
   if (env::get("PMI_RANK") || env::get("PMI_SIZE")) {
     const RankAndWorld rw = rank_and_world(options, "PMI_RANK", "PMI_SIZE");
-    return join_by_rendezvous(rw.rank, rw.world, pmi_job_id(), options, spin_override());
+    return join_by_rendezvous(rw.rank, rw.world, pmi_job_id(), options, config);
   }
   if (env::get("RANK") || env::get("WORLD_SIZE") || options.rank >= 0) {
     const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
@@ -116,7 +108,7 @@ std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& opt
           "both (torchrun does), or start the program with 'shmrun -n N program'.");
     env::parse_int("MASTER_PORT", *port, 1, 65535);
     return join_by_rendezvous(rw.rank, rw.world, "torch:" + *addr + ":" + *port, options,
-                              spin_override());
+                              config);
   }
   throw SetupError(
       "this process was not started by a launcher: none of SHMDIST_SEGMENT_FD (shmrun), "

@@ -50,22 +50,17 @@ inline void check_tensor(const Tensor& t, const char* call) {
     bad_tensor(call);
 }
 
-// SHMDIST_LOCAL_CPUS: the CPUs the launcher gave the whole job (before binding ranks).
-long local_cpus_override() {
-  const auto v = env::get_int("SHMDIST_LOCAL_CPUS", 1, 1 << 16);
-  return v ? static_cast<long>(*v) : -1;
-}
-
 }  // namespace
 
 ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
-                         std::chrono::milliseconds t, long spin_us_override, bool is_supervised)
+                         std::chrono::milliseconds t, const config::Config& config,
+                         bool is_supervised)
     : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t),
       supervised(is_supervised) {
-  auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised);
-  wait::SpinPolicy spin = wait::SpinPolicy::for_job(spin_us_override, local_cpus_override());
-  if (const auto ms = env::get_int("SHMDIST_HEALTH_CHECK_MS", 1, 24 * 3'600'000))
-    spin.health_check = std::chrono::milliseconds(*ms);
+  auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
+                                                             config.health_check);
+  const auto spin =
+      wait::SpinPolicy::for_job(config.spin_us, config.local_cpus, config.health_check);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
   world_lane = std::make_unique<coll::ShmLane>(segment, rank);
   auto w = std::make_shared<detail::GroupInfo>();

@@ -26,15 +26,6 @@ std::uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-std::uint64_t ring_size_for(int world) {
-  if (const auto v = env::get("SHMDIST_RING_SIZE")) {
-    const std::uint64_t size = segment::parse_byte_size(*v, "SHMDIST_RING_SIZE");
-    segment::check_ring_size(size, "SHMDIST_RING_SIZE");
-    return size;
-  }
-  return segment::default_ring_size(world);
-}
-
 // A segment is stale when no live job can still be using its name: everyone already
 // attached (the name should be gone), its creator died, or our rank's slot belongs to a
 // dead process. Throws if a live process holds our rank: two jobs share one identity.
@@ -126,13 +117,13 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
-                                                       long spin_us_override) {
+                                                       const config::Config& config) {
   const std::string name = rendezvous_name(job_id, world);
-  const std::uint64_t ring_size = ring_size_for(world);
+  const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
   NamedObject obj = find_or_create(name, rank, world, ring_size, job_id, deadline);
   auto seg = obj.segment;
-  auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, spin_us_override,
+  auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
                                                    /*supervised=*/false);
   // Wait for the full set, watching those who joined: a rank that dies now fails the job
   // at once (no launcher would tell us). The name goes as soon as everyone has attached,

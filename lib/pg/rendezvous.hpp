@@ -21,6 +21,6 @@ std::string rendezvous_name(const std::string& job_id, int world_size);
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
-                                                       long spin_us_override);
+                                                       const config::Config& config);
 
 }  // namespace shmdist::detail

@@ -85,6 +85,12 @@ std::uint64_t default_ring_size(int world_size) {
   return size;
 }
 
+std::string format_job_key(std::uint64_t job_key) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(job_key));
+  return text;
+}
+
 void check_ring_size(std::uint64_t ring_size, const std::string& what) {
   const bool pow2 = ring_size != 0 && (ring_size & (ring_size - 1)) == 0;
   if (!pow2 || ring_size < kMinRingSize || ring_size > kMaxRingSize)

@@ -20,6 +20,9 @@ std::uint64_t default_ring_size(int world_size);
 // `what` (for example "--ring-size" or "SHMDIST_RING_SIZE").
 std::uint64_t parse_byte_size(const std::string& text, const std::string& what);
 
+// A job key as launchers pass it to ranks (SHMDIST_JOB_KEY): 16 lower-case hex digits.
+std::string format_job_key(std::uint64_t job_key);
+
 // Throws SetupError unless `ring_size` is a power of two within [kMinRingSize, kMaxRingSize].
 void check_ring_size(std::uint64_t ring_size, const std::string& what);
 

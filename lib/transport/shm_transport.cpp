@@ -28,9 +28,7 @@ constexpr std::size_t kMinUsefulRecord = 4096;
 constexpr int kRecordsPerRingPerPoll = 32;
 // Hinted polls that found a ring empty before its hint is cleared.
 constexpr std::uint32_t kEmptyPollsBeforeClear = 64;
-constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 
-// How long a dead peer's launcher gets to record its exit status before we report it gone.
 // The first access to each page of a mapping can cost several microseconds even after the
 // page tables are populated (measured ~5 us per page on this VM class: the hypervisor's
 // shadow/nested page tables), which made the first lap of every ring ten times slower than
@@ -45,7 +43,8 @@ void prefault(std::byte* data, std::uint64_t size) {
 }
 }  // namespace
 
-ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised)
+ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
+                           std::chrono::milliseconds liveness_interval)
     : segment_(std::move(segment)),
       rank_(rank),
       supervised_(supervised),
@@ -56,7 +55,8 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
       consumers_(world_),
       inbound_(world_),
       pidfds_(world_, -1),
-      dead_(world_, false) {
+      dead_(world_, false),
+      liveness_interval_(liveness_interval) {
   for (int peer = 0; peer < world_; ++peer)
     if (peer != rank_) peers_.push_back(peer);
   const std::uint64_t ring_size = segment_->ring_size();
@@ -405,11 +405,11 @@ PeerState ShmTransport::peer_state(int peer) {
 
 // Without a supervising launcher, a rank watches its peers' processes itself: a pidfd per
 // peer (no pid reuse, and it also reports a zombie nobody reaped), polled all at once at most
-// every kLivenessInterval. Peers whose pid is not published yet count as alive.
+// every liveness_interval_. Peers whose pid is not published yet count as alive.
 bool ShmTransport::peer_alive(int peer) {
   const auto now = std::chrono::steady_clock::now();
   if (now >= next_liveness_check_) {
-    next_liveness_check_ = now + kLivenessInterval;
+    next_liveness_check_ = now + liveness_interval_;
     std::vector<pollfd> fds;
     std::vector<int> who;
     for (int p = 0; p < world_; ++p) {

@@ -21,8 +21,10 @@ class ShmTransport final : public Transport {
  public:
   // Joins `segment` as `rank` (marks it running with this process's pid). `supervised`: a
   // launcher (shmrun, launch()) records how every rank ends, so peers' processes need not be
-  // watched; ranks of foreign launchers watch them themselves.
-  ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised);
+  // watched; ranks of foreign launchers watch them themselves, polling their processes at
+  // most once per `liveness_interval` (the job's health-check interval).
+  ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
+               std::chrono::milliseconds liveness_interval);
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
@@ -52,8 +54,6 @@ class ShmTransport final : public Transport {
   void set_blocked(const BlockedInfo& info) override;
   void clear_blocked() override;
   void mark_finalized() override;
-
-  const segment::Segment& segment() const { return *segment_; }
 
  private:
   struct Inbound {
@@ -88,6 +88,7 @@ class ShmTransport final : public Transport {
   std::vector<int> dirty_sources_;
   std::vector<int> pidfds_;   // by peer, opened lazily (unsupervised jobs only)
   std::vector<bool> dead_;    // by peer: its process is known to have ended
+  std::chrono::milliseconds liveness_interval_;
   std::chrono::steady_clock::time_point next_liveness_check_{};
   std::size_t chunk_;                          // largest payload per record
   int cursor_ = 0;                             // where the next hinted scan starts

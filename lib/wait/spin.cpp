@@ -5,8 +5,8 @@
 
 namespace shmdist::wait {
 
-int SpinPolicy::job_cpus(long cpus_override) {
-  if (cpus_override > 0) return static_cast<int>(cpus_override);
+int SpinPolicy::job_cpus(std::optional<int> cpus) {
+  if (cpus && *cpus > 0) return *cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
   const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -19,11 +19,12 @@ int SpinPolicy::job_cpus(long cpus_override) {
   return allowed;
 }
 
-SpinPolicy SpinPolicy::for_job(long spin_us_override, long cpus_override) {
+SpinPolicy SpinPolicy::for_job(std::optional<long> spin_us, std::optional<int> cpus,
+                               std::chrono::milliseconds health_check) {
   SpinPolicy p;
-  p.cpus = job_cpus(cpus_override);
-  if (spin_us_override >= 0)
-    p.spin_alone = p.spin_crowded = std::chrono::microseconds(spin_us_override);
+  p.cpus = job_cpus(cpus);
+  if (spin_us && *spin_us >= 0) p.spin_alone = p.spin_crowded = std::chrono::microseconds(*spin_us);
+  p.health_check = health_check;
   return p;
 }
 

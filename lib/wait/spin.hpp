@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -28,7 +29,7 @@ struct SpinPolicy {
   std::chrono::nanoseconds spin_alone{std::chrono::microseconds(50)};
   std::chrono::nanoseconds spin_crowded{std::chrono::microseconds(2)};
   // How often a blocked call looks at peers' health, the job state and its deadline, while
-  // spinning or asleep (SHMDIST_HEALTH_CHECK_MS overrides it, for tests).
+  // spinning or asleep (the job's configuration sets it: SHMDIST_HEALTH_CHECK_MS).
   std::chrono::milliseconds health_check{100};
 
   struct Choice {
@@ -39,10 +40,11 @@ struct SpinPolicy {
     return awake_ranks > cpus ? Choice{spin_crowded, true} : Choice{spin_alone, false};
   }
 
-  // `spin_us_override` >= 0 (SHMDIST_SPIN_US) replaces both spin times; `cpus_override` > 0
-  // (SHMDIST_LOCAL_CPUS, set by launchers) is the job's CPU count.
-  static SpinPolicy for_job(long spin_us_override = -1, long cpus_override = -1);
-  static int job_cpus(long cpus_override = -1);
+  // `spin_us` (SHMDIST_SPIN_US) replaces both spin times; `cpus` (SHMDIST_LOCAL_CPUS, set by
+  // launchers) is the job's CPU count, counted from this process's affinity when unset.
+  static SpinPolicy for_job(std::optional<long> spin_us, std::optional<int> cpus,
+                            std::chrono::milliseconds health_check);
+  static int job_cpus(std::optional<int> cpus = std::nullopt);
 };
 
 }  // namespace shmdist::wait

@@ -1,6 +1,6 @@
 // Frames and rings written by a buggy or hostile peer: impossible lengths, kinds, dtypes,
 // tags or channels are PeerFailure naming the sender, never a crash or a copy past the
-// receiver's buffer. Unit tests of ring/frame.* and of the consumer path (ShmTransport::poll
+// receiver's buffer. Unit tests of transport/frame.* and of the consumer path (ShmTransport::poll
 // over a ring whose records this test crafts byte by byte).
 #include <boost/test/unit_test.hpp>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
+#include "pg/config.hpp"
 #include "transport/shm_transport.hpp"
 
 using namespace shmdist;
@@ -168,7 +169,7 @@ struct GuardedHandler : transport::InboundHandler {
 struct CraftedRing {
   std::shared_ptr<segment::Segment> seg =
       std::make_shared<segment::Segment>(segment::Segment::create_anonymous(2, 4096));
-  transport::ShmTransport receiver{seg, 1, /*supervised=*/true};
+  transport::ShmTransport receiver{seg, 1, /*supervised=*/true, config::kDefaultHealthCheck};
   std::byte* data = seg->ring_data(0, 1);
   std::uint64_t mask = seg->ring_size() - 1;
   std::uint64_t pos = 0;  // where the next record goes

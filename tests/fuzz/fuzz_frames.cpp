@@ -36,6 +36,7 @@
 #include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
+#include "pg/config.hpp"
 #include "transport/shm_transport.hpp"
 
 namespace {
@@ -112,7 +113,7 @@ void fuzz_ring(const std::uint8_t* data, std::size_t size) {
     if (length > kRingSize) break;
     pos += ring::padded_record_size(length);
   }
-  transport::ShmTransport receiver(seg, 0, /*supervised=*/true);
+  transport::ShmTransport receiver(seg, 0, /*supervised=*/true, config::kDefaultHealthCheck);
   GuardedHandler handler(1);
   try {
     drain(receiver, handler);
@@ -145,8 +146,10 @@ void fuzz_peer(const std::uint8_t* data, std::size_t size) {
   control.tail.store(in.take<std::uint64_t>());
   std::unique_ptr<transport::ShmTransport> producer, consumer;
   try {
-    producer = std::make_unique<transport::ShmTransport>(seg, 1, /*supervised=*/true);
-    consumer = std::make_unique<transport::ShmTransport>(seg, 0, /*supervised=*/true);
+    producer = std::make_unique<transport::ShmTransport>(seg, 1, /*supervised=*/true,
+                                                         config::kDefaultHealthCheck);
+    consumer = std::make_unique<transport::ShmTransport>(seg, 0, /*supervised=*/true,
+                                                         config::kDefaultHealthCheck);
   } catch (const SetupError&) {
     require(control.head_hint.load() != 0 || control.tail.load() != 0);
     return;

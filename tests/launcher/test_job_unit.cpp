@@ -11,7 +11,7 @@
 #include <shmdist/errors.hpp>
 
 #include "job/diagnosis.hpp"
-#include "job/duration.hpp"
+#include "pg/duration.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
 #include "segment/job_state.hpp"
@@ -22,15 +22,15 @@ using namespace std::chrono_literals;
 BOOST_AUTO_TEST_SUITE(job_units)
 
 BOOST_AUTO_TEST_CASE(durations) {
-  BOOST_TEST(job::parse_duration("30s", "--timeout").count() == 30'000);
-  BOOST_TEST(job::parse_duration("30", "--timeout").count() == 30'000);
-  BOOST_TEST(job::parse_duration("500ms", "--timeout").count() == 500);
-  BOOST_TEST(job::parse_duration("1.5s", "--timeout").count() == 1'500);
-  BOOST_TEST(job::parse_duration("5m", "--timeout").count() == 300'000);
-  BOOST_TEST(job::parse_duration("2h", "--timeout").count() == 7'200'000);
+  BOOST_TEST(env::parse_duration("30s", "--timeout").count() == 30'000);
+  BOOST_TEST(env::parse_duration("30", "--timeout").count() == 30'000);
+  BOOST_TEST(env::parse_duration("500ms", "--timeout").count() == 500);
+  BOOST_TEST(env::parse_duration("1.5s", "--timeout").count() == 1'500);
+  BOOST_TEST(env::parse_duration("5m", "--timeout").count() == 300'000);
+  BOOST_TEST(env::parse_duration("2h", "--timeout").count() == 7'200'000);
   for (const char* bad : {"", "abc", "0", "-1s", "5x", "s", "nan", "inf", "1e300", "10 s"}) {
     BOOST_TEST_CONTEXT("'" << bad << "'") {
-      BOOST_CHECK_EXCEPTION(job::parse_duration(bad, "--timeout"), InvalidArgument,
+      BOOST_CHECK_EXCEPTION(env::parse_duration(bad, "--timeout"), InvalidArgument,
                             [&](const InvalidArgument& e) {
                               return std::string(e.what()).find("--timeout = '") == 0;
                             });
@@ -160,21 +160,23 @@ BOOST_AUTO_TEST_CASE(supervisor_blames_the_rank_the_segment_names) {
   auto seg = segment::Segment::create_anonymous(3, 4096);
   std::vector<pid_t> pids;
   job::SpawnSpec spec;
-  spec.rank = 0;
   pids.push_back(job::spawn_function(spec, [] { return 42; }));
-  spec.rank = 1;
   pids.push_back(job::spawn_function(spec, [&] {
     segment::record_job_failure(seg, 1, segment::EndKind::Vanished, 0);
     raise(SIGKILL);
     return 1;
   }));
-  spec.rank = 2;
   pids.push_back(job::spawn_function(spec, [] { return 0; }));
-  // Let all three end before supervising, so that one poll() reaps them together.
+  // Let all three end before supervising, so that one poll() reaps them together: the case
+  // is about that batch, so it checks that every child is a zombie before it supervises.
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   for (pid_t pid : pids)
     while (process_state(pid) != 'Z' && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(1ms);
+  for (pid_t pid : pids)
+    BOOST_REQUIRE_MESSAGE(process_state(pid) == 'Z',
+                          "child " << pid << " had not ended within 30 s (state '"
+                                   << process_state(pid) << "'), so the batch premise fails");
   job::SupervisorOptions options;
   options.name = "test";
   job::JobSupervisor supervisor(seg, options);

@@ -1,11 +1,11 @@
-#include "job/duration.hpp"
+#include "pg/duration.hpp"
 
 #include <cmath>
 #include <cstdlib>
 
 #include <shmdist/errors.hpp>
 
-namespace shmdist::job {
+namespace shmdist::env {
 
 std::chrono::milliseconds parse_duration(const std::string& text, const std::string& what) {
   char* end = nullptr;
@@ -24,4 +24,4 @@ std::chrono::milliseconds parse_duration(const std::string& text, const std::str
   return std::chrono::milliseconds(static_cast<long long>(std::llround(ms)));
 }
 
-}  // namespace shmdist::job
+}  // namespace shmdist::env

@@ -1,0 +1,118 @@
+#include "pg/config.hpp"
+
+#include <array>
+#include <cstdlib>
+
+#include <shmdist/errors.hpp>
+
+#include "pg/duration.hpp"
+#include "pg/env.hpp"
+#include "segment/segment.hpp"
+
+namespace shmdist::config {
+namespace {
+
+// A variable: its documentation, and how its text goes into a Config (throwing SetupError).
+struct Variable {
+  VariableInfo info;
+  void (*parse)(Config& config, const char* name, const std::string& text);
+};
+
+const std::array kVariables = {
+    Variable{{"SHMDIST_SEGMENT_FD", "0 to 1048576", "unset",
+              "set by shmrun: the descriptor of the job's segment, which every rank inherits"},
+             [](Config& c, const char* name, const std::string& text) {
+               c.segment_fd = static_cast<int>(env::parse_int(name, text, 0, 1 << 20));
+             }},
+    Variable{{"SHMDIST_JOB_KEY", "16 lower-case hexadecimal digits", "unset",
+              "set by shmrun: the job key of that segment, checked when a rank joins"},
+             [](Config& c, const char* name, const std::string& text) {
+               const bool hex = text.size() == 16 &&
+                                text.find_first_not_of("0123456789abcdef") == std::string::npos;
+               if (!hex)
+                 throw SetupError("environment variable " + std::string(name) + "='" + text +
+                                  "' is not a job key: expected 16 lower-case hexadecimal "
+                                  "digits. " + env::kSetByLauncher);
+               c.job_key = text;
+             }},
+    Variable{{"SHMDIST_RING_SIZE", "a power of two from 4K to 1G (`64K`, `1M`, `1048576`, ...)",
+              "1 MiB, halved as the job grows so that all rings fit in 256 MiB, at least 64 KiB",
+              "bytes per ring (one per ordered pair of ranks) for jobs that shmrun or another launcher "
+              "starts; `shmrun --ring-size` takes precedence, `launch()` takes "
+              "`LaunchOptions::ring_size`"},
+             [](Config& c, const char* name, const std::string& text) {
+               const std::uint64_t size = segment::parse_byte_size(text, name);
+               segment::check_ring_size(size, name);
+               c.ring_size = size;
+             }},
+    Variable{{"SHMDIST_SPIN_US", "0 to 1000000", "50 (2 when more ranks are awake than there are CPUs)",
+              "microseconds a blocked call spins before it sleeps on its doorbell (0: sleep at once)"},
+             [](Config& c, const char* name, const std::string& text) {
+               c.spin_us = static_cast<long>(env::parse_int(
+                   name, text, 0, 1'000'000,
+                   "It is how many microseconds a blocked call spins before it sleeps."));
+             }},
+    Variable{{"SHMDIST_LOCAL_CPUS", "1 to 65536",
+              "the CPUs this process may run on (all online CPUs if it is pinned to one)",
+              "how many CPUs the job's ranks share, for the spin policy"},
+             [](Config& c, const char* name, const std::string& text) {
+               c.local_cpus = static_cast<int>(env::parse_int(
+                   name, text, 1, 1 << 16, "It is how many CPUs the job's ranks share."));
+             }},
+    Variable{{"SHMDIST_HEALTH_CHECK_MS", "1 to 86400000", "100",
+              "how often (milliseconds) a blocked call checks peers' health, the job state and its "
+              "deadline, and a rank started without shmrun polls its peers' processes; data "
+              "never waits for it"},
+             [](Config& c, const char* name, const std::string& text) {
+               c.health_check = std::chrono::milliseconds(env::parse_int(
+                   name, text, 1, 24 * 3'600'000,
+                   "It is how often, in milliseconds, a blocked call checks its peers."));
+             }},
+    Variable{{"SHMDIST_HANG_REPORT", "`0` (off) or a duration: `30s`, `500ms`, `5m`, `1h`",
+              "30s (`shmrun --hang-report` and `LaunchOptions::hang_report` take precedence)",
+              "how long every rank of a job that shmrun or `launch()` runs may stay blocked "
+              "with no progress before the hang report is printed"},
+             [](Config& c, const char* name, const std::string& text) {
+               if (text == "0") {
+                 c.hang_report = std::chrono::milliseconds(0);
+                 return;
+               }
+               try {
+                 c.hang_report = env::parse_duration(text, name);
+               } catch (const InvalidArgument& e) {
+                 throw SetupError(std::string("environment variable ") + e.what() +
+                                  ", or 0 to switch the hang watchdog off");
+               }
+             }},
+};
+
+const std::array<VariableInfo, kVariables.size()> kInfos = [] {
+  std::array<VariableInfo, kVariables.size()> infos{};
+  for (std::size_t i = 0; i < kVariables.size(); ++i) infos[i] = kVariables[i].info;
+  return infos;
+}();
+
+}  // namespace
+
+std::span<const VariableInfo> variables() { return kInfos; }
+
+Config read(const std::function<std::optional<std::string>(const char*)>& lookup) {
+  Config config;
+  for (const Variable& v : kVariables)
+    if (const auto text = lookup(v.info.name)) v.parse(config, v.info.name, *text);
+  return config;
+}
+
+Config from_environment() {
+  return read([](const char* name) { return env::get(name); });
+}
+
+Config from_environment(std::initializer_list<std::string_view> only) {
+  return read([&](const char* name) -> std::optional<std::string> {
+    for (const std::string_view wanted : only)
+      if (wanted == name) return env::get(name);
+    return std::nullopt;
+  });
+}
+
+}  // namespace shmdist::config

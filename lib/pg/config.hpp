@@ -1,0 +1,58 @@
+// Every SHMDIST_* environment variable, in one place: read once, validated, with defaults.
+//
+// Adding a variable is a change to this file and config.cpp only: a field in Config, and a
+// row in config.cpp's table (name, accepted values, default, meaning, how to parse it). The
+// README's table of variables must list it too: tests/config fails until it does.
+// Variables of other launchers (RANK, WORLD_SIZE, MASTER_ADDR, OMPI_*, PMI_*) are not ours:
+// pg/join.cpp reads those (through pg/env.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <initializer_list>
+
+namespace shmdist::config {
+
+// How often a blocked call looks at its peers' health, the job state and its deadline, and
+// how often a rank without a supervising launcher polls its peers' processes.
+inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+
+struct Config {
+  // Set by shmrun for the ranks it starts (the launch protocol, not for users).
+  std::optional<int> segment_fd;       // SHMDIST_SEGMENT_FD: the inherited segment descriptor
+  std::optional<std::string> job_key;  // SHMDIST_JOB_KEY: the segment's job key, 16 hex digits
+  // Tuning. Unset optionals take a default that depends on the job (see the table).
+  std::optional<std::uint64_t> ring_size;  // SHMDIST_RING_SIZE: bytes per ring
+  std::optional<long> spin_us;             // SHMDIST_SPIN_US: spin before sleeping
+  std::optional<int> local_cpus;           // SHMDIST_LOCAL_CPUS: CPUs the job shares
+  std::chrono::milliseconds health_check = kDefaultHealthCheck;  // SHMDIST_HEALTH_CHECK_MS
+  // SHMDIST_HANG_REPORT: the hang watchdog's interval (0 = off) for shmrun and launch().
+  std::optional<std::chrono::milliseconds> hang_report;
+};
+
+// One row of the table: what the README documents.
+struct VariableInfo {
+  const char* name;
+  const char* accepted;
+  const char* default_value;
+  const char* meaning;
+};
+
+// Every variable, in the order of the README's table.
+std::span<const VariableInfo> variables();
+
+// Reads every variable through `lookup` (nullopt = unset). Throws SetupError naming the
+// variable, the value found and the accepted range.
+Config read(const std::function<std::optional<std::string>(const char*)>& lookup);
+// read() of this process's environment.
+Config from_environment();
+// Only the variables named in `only` (the rest keep their defaults): shmrun reads
+// SHMDIST_RING_SIZE itself, and leaves the others to the ranks, which report a bad one.
+Config from_environment(std::initializer_list<std::string_view> only);
+
+}  // namespace shmdist::config
