@@ -14,13 +14,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "wait/spin.hpp"
 #include <initializer_list>
 
 namespace shmdist::config {
 
-// How often a blocked call looks at its peers' health, the job state and its deadline, and
-// how often a rank without a supervising launcher polls its peers' processes.
-inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+using wait::kDefaultHealthCheck;
 
 struct Config {
   // Set by shmrun for the ranks it starts (the launch protocol, not for users).

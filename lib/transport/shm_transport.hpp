@@ -14,6 +14,7 @@
 #include "transport/frame.hpp"
 #include "transport/transport.hpp"
 #include "wait/doorbell.hpp"
+#include "wait/spin.hpp"
 
 namespace shmdist::transport {
 
@@ -24,7 +25,7 @@ class ShmTransport final : public Transport {
   // watched; ranks of foreign launchers watch them themselves, polling their processes at
   // most once per `liveness_interval` (the job's health-check interval).
   ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
-               std::chrono::milliseconds liveness_interval);
+               std::chrono::milliseconds liveness_interval = wait::kDefaultHealthCheck);
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }

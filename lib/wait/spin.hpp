@@ -10,6 +10,11 @@
 
 namespace shmdist::wait {
 
+// How often a blocked call looks at its peers' health, the job state and its deadline, and
+// how often a rank without a supervising launcher polls its peers' processes, unless the
+// job's configuration says otherwise (SHMDIST_HEALTH_CHECK_MS, pg/config.hpp).
+inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -30,7 +35,7 @@ struct SpinPolicy {
   std::chrono::nanoseconds spin_crowded{std::chrono::microseconds(2)};
   // How often a blocked call looks at peers' health, the job state and its deadline, while
   // spinning or asleep (the job's configuration sets it: SHMDIST_HEALTH_CHECK_MS).
-  std::chrono::milliseconds health_check{100};
+  std::chrono::milliseconds health_check{kDefaultHealthCheck};
 
   struct Choice {
     std::chrono::nanoseconds spin;
