@@ -177,7 +177,6 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::vector<Inflight> inflight_;                 // by source
   std::vector<std::deque<Operation*>> send_queues_;  // by destination
   std::vector<int> sending_to_;                    // destinations with queued sends
-  std::vector<std::shared_ptr<Operation>> orphans_;  // withdrawn blocking sends still streaming
   std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order
   std::uint64_t arrivals_ = 0;
   std::vector<int> all_peers_;
