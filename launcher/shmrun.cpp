@@ -5,9 +5,12 @@
 //
 // Everything from PROGRAM on is the program's: shmrun's options come before it.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -75,11 +78,40 @@ void apply_environment(const Options& opt, Settings& s) {
   if (opt.hang_report.empty() && env.hang_report) s.supervisor.hang_report = *env.hang_report;
 }
 
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0), for the
+// store that torch.distributed's default env:// rendezvous starts on rank 0.
+std::string free_local_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw SetupError(std::string("cannot create a socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok)
+    throw SetupError(std::string("cannot find a free TCP port on 127.0.0.1 for MASTER_PORT: ") +
+                     std::strerror(err) + "; set MASTER_PORT yourself");
+  return std::to_string(ntohs(addr.sin_port));
+}
+
+// MASTER_ADDR / MASTER_PORT for torch programs (their default init_method is env://), unless
+// the caller set them: one job's ranks share them.
+std::vector<std::pair<std::string, std::string>> torch_rendezvous_env() {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (!env::get("MASTER_ADDR")) env.emplace_back("MASTER_ADDR", "127.0.0.1");
+  if (!env::get("MASTER_PORT")) env.emplace_back("MASTER_PORT", free_local_port());
+  return env;
+}
+
 // Forks the ranks, each with its environment, the segment descriptor, its CPU (--bind-to
 // core) and, with --tag-output, pipes for its output; hands each to the supervisor.
 void start_ranks(const Options& opt, const segment::Segment& seg, const std::string& name,
                  const std::string& job_key, job::JobSupervisor& supervisor) {
   const std::vector<int> cpus = job::allowed_cpus();
+  const auto torch_env = torch_rendezvous_env();
   std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
   for (int r = 0; r < opt.nproc; ++r) {
     job::SpawnSpec spec;
@@ -91,6 +123,7 @@ void start_ranks(const Options& opt, const segment::Segment& seg, const std::str
                 {"SHMDIST_SEGMENT_FD", std::to_string(seg.fd())},
                 {"SHMDIST_SEGMENT", name},  // no name in /dev/shm: for diagnostics only
                 {"SHMDIST_JOB_KEY", job_key}};
+    spec.env.insert(spec.env.end(), torch_env.begin(), torch_env.end());
     if (opt.bind_to == "core") spec.cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
     auto close_pipes = [&] {
@@ -213,8 +246,9 @@ int main(int argc, char** argv) {
   app.footer(
       "PROGRAM [ARGS...] follows the options (after -- if PROGRAM starts with '-'); everything "
       "from PROGRAM on is passed to it unchanged. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, "
-      "LOCAL_WORLD_SIZE and SHMDIST_* in its environment. Exit status: 0 if every rank exits "
-      "0, else the first failing rank's (128+signal if killed), 124 after --timeout.\n");
+      "LOCAL_WORLD_SIZE and SHMDIST_* in its environment, and MASTER_ADDR=127.0.0.1 and a free "
+      "MASTER_PORT unless already set (for torch.distributed's env://). Exit status: 0 if every "
+      "rank exits 0, else the first failing rank's (128+signal if killed), 124 after --timeout.\n");
   const CommandLine cl = split_command_line(argc, argv);
   try {
     app.parse(cl.launcher_argc, argv);

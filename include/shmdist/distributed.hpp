@@ -23,6 +23,7 @@ inline constexpr int ANY_SOURCE = -1;
 namespace detail {
 struct GroupInfo;
 struct Operation;
+struct ProcessGroupAccess;
 }  // namespace detail
 
 // A handle to a process group; a default-constructed Group{} means the world group.
@@ -39,6 +40,7 @@ class Group {
 
  private:
   friend class ProcessGroup;
+  friend struct detail::ProcessGroupAccess;
   explicit Group(std::shared_ptr<const detail::GroupInfo> info) : info_(std::move(info)) {}
   std::shared_ptr<const detail::GroupInfo> info_;
 };

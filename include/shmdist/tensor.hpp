@@ -147,6 +147,10 @@ class Tensor {
   // size. The library reads and writes the memory at any alignment; data<T>() callers
   // dereferencing the pointer need it aligned for T.
   static Tensor from_blob(void* data, std::vector<std::int64_t> sizes, DType dtype);
+  // The same, keeping `owner` alive for as long as any copy of the tensor (or an operation
+  // using it) exists: for memory owned by another runtime, such as a torch tensor.
+  static Tensor from_blob(void* data, std::vector<std::int64_t> sizes, DType dtype,
+                          std::shared_ptr<void> owner);
 
   // Shares the storage (keeps it alive); used by asynchronous operations.
   std::shared_ptr<void> storage_handle() const;

@@ -11,7 +11,6 @@ namespace {
 // the count names the call in fingerprints and keeps concurrent calls' messages apart.
 coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* call) {
   const detail::GroupInfo& info = detail::member_group(s, group, call);
-  if (s.collective_seq.size() <= info.id) s.collective_seq.resize(info.id + 1, 0);
   coll::CallSetup setup;
   setup.engine = s.engine.get();
   setup.group.id = info.id;

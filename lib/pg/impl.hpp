@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include <shmdist/process_group.hpp>
@@ -25,7 +26,9 @@ struct ProcessGroup::Impl {
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<const detail::GroupInfo> world_group;
   std::uint32_t next_group_id = 1;
-  std::vector<std::uint64_t> collective_seq;  // by group id: collectives called so far
+  // By group id: collectives called so far. A map: ids need not be small (runtimes that
+  // bring their own groups choose them, see pg/runtime_hooks.hpp).
+  std::unordered_map<std::uint32_t, std::uint64_t> collective_seq;
   std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;
   bool supervised = false;
@@ -48,6 +51,7 @@ struct ProcessGroupAccess {
     return ProcessGroup(std::move(impl));
   }
   static ProcessGroup::Impl& impl(const ProcessGroup& pg) { return pg.impl(); }
+  static Group make_group(std::shared_ptr<const GroupInfo> info) { return Group(std::move(info)); }
 };
 
 // The group `g` names for `call`, checked to be this process group's and to contain this rank

@@ -12,17 +12,6 @@
 namespace shmdist {
 namespace {
 
-std::uint32_t members_signature(const std::vector<int>& members) {
-  std::uint32_t h = 2166136261u;  // FNV-1a over the member list
-  for (int m : members) {
-    for (int i = 0; i < 4; ++i) {
-      h ^= static_cast<std::uint32_t>(m >> (8 * i)) & 0xffu;
-      h *= 16777619u;
-    }
-  }
-  return h | 1u;  // never 0, which is the world's
-}
-
 std::string group_name(const detail::GroupInfo& g) {
   return g.id == 0 ? std::string("the world group") : "group #" + std::to_string(g.id);
 }
@@ -267,7 +256,7 @@ Group ProcessGroup::new_group(const std::vector<int>& ranks) {
   info->owner = &s;
   info->id = s.next_group_id++;
   info->members.assign(unique.begin(), unique.end());
-  info->sig = members_signature(info->members);
+  info->sig = detail::members_signature(info->members);
   info->my_rank = info->group_rank_of(s.rank);
   s.engine->register_group(info->id, info->sig, info->members);
   return Group(std::move(info));

@@ -4,6 +4,7 @@
 // as every rank has attached. A stale segment left by a crashed job is replaced, not joined.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -12,10 +12,11 @@
 namespace shmdist {
 
 // One allocation shared by every copy of a Tensor. Borrowed (from_blob) storage only records
-// the pointer; the caller keeps the memory alive.
+// the pointer; the caller keeps the memory alive, or the owner given to from_blob does.
 struct Tensor::Storage {
   void* bytes = nullptr;
   bool owned = false;
+  std::shared_ptr<void> owner;  // borrowed storage: what keeps `bytes` alive, if given
 
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -97,6 +98,13 @@ Tensor empty(std::vector<std::int64_t> sizes, DType dtype) {
   t.dtype_ = dtype;
   t.sizes_ = std::move(sizes);
   t.numel_ = numel;
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> sizes, DType dtype,
+                         std::shared_ptr<void> owner) {
+  Tensor t = from_blob(data, std::move(sizes), dtype);
+  t.storage_->owner = std::move(owner);
   return t;
 }
 

@@ -2,6 +2,8 @@
 // to/copy_, and rejection of bad shapes.
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include <boost/test/unit_test.hpp>
 
@@ -118,6 +120,20 @@ BOOST_AUTO_TEST_CASE(from_blob_borrows_memory) {
              "tensor([], size=(0, 4), dtype=torch.int8)");
   check_invalid([] { Tensor::from_blob(nullptr, {3}, kFloat32); },
                 {"non-null", "nullptr", "3 elements"});
+}
+
+BOOST_AUTO_TEST_CASE(from_blob_with_an_owner_keeps_it_alive_as_long_as_any_copy) {
+  auto buffer = std::make_shared<std::vector<std::int32_t>>(std::vector<std::int32_t>{4, 5, 6});
+  std::weak_ptr<std::vector<std::int32_t>> watch = buffer;
+  Tensor t = Tensor::from_blob(buffer->data(), {3}, kInt32, buffer);
+  buffer.reset();
+  BOOST_TEST(!watch.expired());
+  Tensor copy = t;
+  t = Tensor();
+  BOOST_TEST(!watch.expired());
+  BOOST_TEST(copy.to_string() == "tensor([4, 5, 6], dtype=torch.int32)");
+  copy = Tensor();
+  BOOST_TEST(watch.expired());
 }
 
 BOOST_AUTO_TEST_CASE(bad_shapes_are_rejected) {

@@ -1,0 +1,42 @@
+// What a runtime that brings its own rendezvous and group bookkeeping needs from lib/pg: the
+// torch.distributed backend (python/) joins jobs through torch's key-value store and maps
+// torch's sub-groups, which only their members create, onto the world's segment.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <shmdist/process_group.hpp>
+
+namespace shmdist::detail {
+
+// A key-value store shared by the ranks of one job (torch's c10d::Store): `set` publishes a
+// value, `get` blocks until the key exists (and throws after the store's own timeout).
+struct KeyValueStore {
+  std::function<void(const std::string& key, const std::string& value)> set;
+  std::function<std::string(const std::string& key)> get;
+};
+
+// Joins rank `rank` of a job of `world` ranks. In a process started by shmrun (or launch())
+// whose launcher segment has not been used yet, on that segment; otherwise rank 0 creates a
+// fresh segment under an unguessable name and announces it, with its job key and creator
+// pid, through `store`, and the others attach to it. A segment announced by an earlier job
+// (its creator gone, its name gone, another job key) is never joined. The name is removed
+// from /dev/shm once every rank has attached (or when the join fails).
+ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
+                                const KeyValueStore& store);
+
+// Ids of groups a runtime chooses start here; below are new_group's (1, 2, ... in creation
+// order, checked by the engine's group agreement, which does not see these).
+inline constexpr std::uint32_t kFirstRuntimeGroupId = 1u << 29;
+
+// A group of `pg` with the given members (global ranks, sorted, unique) and id (at least
+// kFirstRuntimeGroupId). Every member builds it with the same members and id, which no other
+// group of the job uses; non-members need not build it at all. Throws InvalidArgument for
+// bad members or ids.
+Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id);
+
+}  // namespace shmdist::detail

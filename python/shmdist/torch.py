@@ -1,0 +1,72 @@
+"""Registers shmdist as the torch.distributed backend "shm".
+
+    import torch.distributed as dist
+    import shmdist.torch                        # the first of the two lines that change
+    dist.init_process_group(backend="shm")      # the second
+
+Works with every init method (env://, tcp://, file://), under torchrun and under shmrun
+(which sets MASTER_ADDR and MASTER_PORT). Sub-groups made by dist.new_group share the
+world's shared segment. torch 1.13 has no dist.ANY_SOURCE (any-source is src=None): this
+module defines torch.distributed.ANY_SOURCE = None when torch lacks it, and lets
+dist.monitored_barrier (which torch 1.13 refuses in Python for every backend but gloo)
+through to "shm" groups.
+"""
+
+import torch
+import torch.distributed as _dist
+
+from . import _C
+
+BACKEND = "shm"
+
+
+def _create_process_group(options, pg_options):
+    if pg_options is not None:
+        raise RuntimeError("the shm backend takes no pg_options, got " + repr(pg_options))
+    return _C._create_process_group(
+        options.store,
+        options.group_rank,
+        options.group_size,
+        options.timeout,
+        options.group_id,
+        list(options.global_ranks_in_group),
+    )
+
+
+if BACKEND.upper() not in _dist.Backend._plugins:
+    _dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+
+if not hasattr(_dist, "ANY_SOURCE"):
+    _dist.ANY_SOURCE = None
+
+
+def _allow_monitored_barrier_on_shm():
+    """torch 1.13's dist.monitored_barrier refuses every backend but gloo in Python, before
+    reaching the backend; "shm" implements it, so let its groups through."""
+    from torch.distributed import distributed_c10d as c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_shmdist", False):
+        return
+
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        if c10d._rank_not_in_group(group) or c10d.get_backend(group) != BACKEND:
+            return original(group, timeout, wait_all_ranks)
+        group_to_use = c10d._get_default_group() if group is None else group
+        return group_to_use.monitored_barrier(timeout or c10d.default_pg_timeout,
+                                              wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier._shmdist = True
+    monitored_barrier.__doc__ = original.__doc__
+    c10d.monitored_barrier = monitored_barrier
+    _dist.monitored_barrier = monitored_barrier
+
+
+_allow_monitored_barrier_on_shm()
+
+ProcessGroupShm = _C.ProcessGroupShm
+Error = _C.Error
+InvalidArgument = _C.InvalidArgument
+Timeout = _C.Timeout
+PeerFailure = _C.PeerFailure
+SetupError = _C.SetupError
+NotInitialized = _C.NotInitialized

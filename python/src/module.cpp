@@ -1,0 +1,134 @@
+// shmdist._C: the creator function torch.distributed calls for backend "shm" (registered by
+// shmdist/torch.py), and shmdist's exceptions as Python exceptions (subclasses of
+// RuntimeError, which is what torch's code and its users catch).
+
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <shmdist/errors.hpp>
+#include <shmdist/version.hpp>
+
+#include "pg/runtime_hooks.hpp"
+#include "process_group.hpp"
+#include "tensor_bridge.hpp"
+
+namespace py = pybind11;
+
+namespace shmdist::torch_backend {
+namespace {
+
+// The job of this process's torch world on "shm", which new_group sub-groups map onto.
+std::weak_ptr<Job> g_world_job;
+
+// Group ids for sub-groups: torch names groups "1", "2", ... in creation order, the same on
+// every rank (non-members count too), so the name gives an id all members agree on, counted
+// from where shmdist leaves ids to runtimes. The control group of a group (barrier tokens)
+// sets bit 30.
+constexpr std::uint32_t kIdBase = detail::kFirstRuntimeGroupId;  // bit 29
+constexpr std::uint32_t kIdMask = kIdBase - 1;
+constexpr std::uint32_t kControlBit = 1u << 30;
+
+std::uint32_t group_id_from_name(const std::string& name) {
+  const bool numeric = !name.empty() && name.size() < 10 &&
+                       name.find_first_not_of("0123456789") == std::string::npos;
+  std::uint32_t n = 0;
+  if (numeric) {
+    n = static_cast<std::uint32_t>(std::stoul(name));
+  } else {
+    std::uint32_t h = 2166136261u;  // FNV-1a: names chosen by the user
+    for (unsigned char c : name) h = (h ^ c) * 16777619u;
+    n = h;
+  }
+  return kIdBase | (n & kIdMask);
+}
+
+detail::KeyValueStore key_value_store(const c10::intrusive_ptr<c10d::Store>& store) {
+  detail::KeyValueStore kv;
+  kv.set = [store](const std::string& key, const std::string& value) {
+    store->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+  };
+  kv.get = [store](const std::string& key) {
+    const std::vector<std::uint8_t> bytes = store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  };
+  return kv;
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+// A torch group that is a whole shmdist job: the default group, or a sub-group created
+// while the default group is not on "shm" (it then gets a segment of its own).
+c10::intrusive_ptr<c10d::ProcessGroup> create_job(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int rank, int size,
+                                                  std::chrono::milliseconds timeout,
+                                                  bool is_world) {
+  auto job = std::make_shared<Job>(
+      detail::join_through_store(rank, size, timeout, key_value_store(store)));
+  std::vector<int> members = iota(size);
+  Group control = detail::group_with_id(job->pg, members, kIdBase | kControlBit);
+  if (is_world) g_world_job = job;
+  return c10::make_intrusive<ProcessGroupShm>(job, store, rank, std::move(members), Group{},
+                                              std::move(control), timeout, /*owns_job=*/true);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, const std::string& group_name,
+    const std::vector<std::int64_t>& global_ranks_in_group) {
+  if (global_ranks_in_group.empty()) return create_job(store, rank, size, timeout, true);
+  TORCH_CHECK(static_cast<int>(global_ranks_in_group.size()) == size && rank >= 0 && rank < size,
+              "shm backend: group rank ", rank, " of ", size, " ranks but ",
+              global_ranks_in_group.size(), " global ranks were given");
+  std::shared_ptr<Job> world = g_world_job.lock();
+  if (!world || !world->pg.is_initialized()) return create_job(store, rank, size, timeout, false);
+  std::vector<int> members(global_ranks_in_group.begin(), global_ranks_in_group.end());
+  std::lock_guard lock(world->mutex);
+  TORCH_CHECK(world->pg.get_rank() == members[static_cast<std::size_t>(rank)],
+              "shm backend: this process is global rank ", world->pg.get_rank(),
+              " but torch made it rank ", rank, " of a group of global ranks that puts global "
+              "rank ", members[static_cast<std::size_t>(rank)], " there");
+  const std::uint32_t id = group_id_from_name(group_name);
+  Group group = detail::group_with_id(world->pg, members, id);
+  Group control = detail::group_with_id(world->pg, members, id | kControlBit);
+  return c10::make_intrusive<ProcessGroupShm>(world, store, rank, std::move(members),
+                                              std::move(group), std::move(control), timeout,
+                                              /*owns_job=*/false);
+}
+
+}  // namespace
+}  // namespace shmdist::torch_backend
+
+PYBIND11_MODULE(_C, m) {
+  using namespace shmdist;
+  m.doc() = "shmdist's torch.distributed backend 'shm' (import shmdist.torch to register it)";
+  py::module_::import("torch.distributed");  // c10d's Python types, which ours derive from
+
+  // The base first: pybind11 tries the newest translator first, so the subclasses win.
+  auto& error = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  py::register_exception<InvalidArgument>(m, "InvalidArgument", error.ptr());
+  py::register_exception<Timeout>(m, "Timeout", error.ptr());
+  py::register_exception<PeerFailure>(m, "PeerFailure", error.ptr());
+  py::register_exception<SetupError>(m, "SetupError", error.ptr());
+  py::register_exception<NotInitialized>(m, "NotInitialized", error.ptr());
+
+  py::class_<torch_backend::ProcessGroupShm, c10d::ProcessGroup,
+             c10::intrusive_ptr<torch_backend::ProcessGroupShm>>(m, "ProcessGroupShm")
+      .def_property_readonly("global_ranks", &torch_backend::ProcessGroupShm::members,
+                             "global ranks of the members, in group-rank order");
+
+  m.def("_create_process_group", &torch_backend::create_process_group, py::arg("store"),
+        py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name"),
+        py::arg("global_ranks_in_group"), py::call_guard<py::gil_scoped_release>(),
+        "the creator of backend 'shm' (torch.distributed calls it through shmdist.torch)");
+  // What every operation checks first (for tests: without CUDA, a CUDA tensor cannot even be
+  // made, and torch's dispatcher routes other devices' tensors elsewhere).
+  m.def("_check_tensor", &torch_backend::check_tensor, py::arg("tensor"), py::arg("op"));
+  m.attr("__version__") = kVersionString;
+}

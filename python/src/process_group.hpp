@@ -1,0 +1,110 @@
+// The torch.distributed backend "shm": a c10d::ProcessGroup (torch 1.13's base class for
+// backends) over a shmdist job. The world and every new_group sub-group of it share one
+// shmdist ProcessGroup (one segment, one engine): a sub-group is a shmdist Group with an id
+// derived from torch's group name, which all ranks agree on.
+//
+// torch passes group ranks; shmdist takes global ranks, so every peer is translated through
+// `members_`, and receives report their sender's group rank (torch maps it back).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <shmdist/process_group.hpp>
+
+#include "job.hpp"
+#include "tensor_bridge.hpp"
+#include "work.hpp"
+
+namespace shmdist::torch_backend {
+
+class ProcessGroupShm : public c10d::ProcessGroup {
+ public:
+  // `members`: global ranks of the group's members in group-rank order (the world: 0..n-1);
+  // `group`: the shmdist group for user traffic; `control`: one for the backend's own
+  // messages (barrier tokens), which never mix with user tags.
+  // `store`: torch's store for the group. Held for the group's lifetime, as gloo does: rank
+  // 0 of a job started by torchrun or env:// hosts the store's server, which must outlive
+  // the other ranks' use of it (destroy_process_group waits for all ranks before it goes).
+  ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c10d::Store> store, int rank,
+                  std::vector<int> members, Group group, Group control,
+                  std::chrono::milliseconds timeout, bool owns_job);
+  ~ProcessGroupShm() override;
+
+  const std::string getBackendName() const override { return "shm"; }
+  const std::vector<int>& members() const { return members_; }
+  const std::shared_ptr<Job>& job() const { return job_; }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+
+ private:
+  c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                        std::chrono::milliseconds op_timeout) const;
+  int global_rank(int group_rank, const char* op) const;
+  // Token exchange with every other member on the control group (the barrier's core).
+  void post_tokens(ShmWork& work, int tag);
+  // A collective: a Work returning `outputs`, copying `written` back out of their staging
+  // copies once `post` (called under the job's mutex) has completed.
+  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                            const std::vector<BoundTensor>& written,
+                                            std::chrono::milliseconds timeout,
+                                            const std::function<std::vector<Work>()>& post);
+
+  c10::intrusive_ptr<c10d::Store> store_;  // declared first: released after the job is destroyed
+  std::shared_ptr<Job> job_;
+  std::vector<int> members_;
+  Group group_;
+  Group control_;
+  std::chrono::milliseconds timeout_;
+  bool owns_job_;  // the world's torch group: destroying it destroys the shmdist job
+};
+
+}  // namespace shmdist::torch_backend

@@ -1,0 +1,71 @@
+#include "tensor_bridge.hpp"
+
+#include <memory>
+
+namespace shmdist::torch_backend {
+
+DType to_shmdist(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kBool: return kBool;
+    case at::kByte: return kUInt8;
+    case at::kChar: return kInt8;
+    case at::kShort: return kInt16;
+    case at::kInt: return kInt32;
+    case at::kLong: return kInt64;
+    case at::kHalf: return kFloat16;
+    case at::kBFloat16: return kBFloat16;
+    case at::kFloat: return kFloat32;
+    case at::kDouble: return kFloat64;
+    case at::kComplexHalf: return kFloat16;
+    case at::kComplexFloat: return kFloat32;
+    case at::kComplexDouble: return kFloat64;
+    default:
+      TORCH_CHECK(false, "shm backend: ", op, " does not support tensors of dtype ", type,
+                  "; supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, "
+                  "float32, float64 and complex (as their real view)");
+  }
+}
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "shm backend: ", op, " got an undefined tensor");
+  TORCH_CHECK(!t.is_sparse(), "shm backend: ", op,
+              " does not support sparse tensors; send the dense values and indices "
+              "(t.coalesce().values(), t.coalesce().indices()) or use backend 'gloo'");
+  TORCH_CHECK(t.device().is_cpu(), "shm backend: ", op,
+              " supports CPU tensors only, got a tensor on ", t.device(),
+              "; move it with .cpu() or use backend 'nccl' for GPU tensors");
+  TORCH_CHECK(t.layout() == at::kStrided, "shm backend: ", op,
+              " supports strided (dense) tensors only, got layout ", t.layout());
+  to_shmdist(t.scalar_type(), op);
+}
+
+void BoundTensor::finish() const {
+  if (staging.defined()) original.copy_(is_complex ? at::view_as_complex(staging) : staging);
+}
+
+BoundTensor bind(const at::Tensor& t, const char* op) {
+  check_tensor(t, op);
+  BoundTensor b;
+  b.original = t;
+  b.is_complex = t.is_complex();
+  // Conjugate or negative views, and any non-contiguous layout, go through a copy: shmdist
+  // needs the values themselves, densely packed in row-major order.
+  const bool in_place = t.is_contiguous() && !t.is_conj() && !t.is_neg();
+  at::Tensor dense = t;
+  if (!in_place) {
+    dense = t.resolve_conj().resolve_neg().contiguous();
+    if (dense.data_ptr() == t.data_ptr()) dense = dense.clone();  // never write through a view
+  }
+  at::Tensor real = b.is_complex ? at::view_as_real(dense) : dense;
+  if (!in_place) b.staging = real;
+  std::vector<std::int64_t> sizes(real.sizes().begin(), real.sizes().end());
+  // The shmdist view keeps the torch tensor it points into alive, so an operation that
+  // outlives its Work (a dropped isend) never touches freed memory.
+  auto owner = std::shared_ptr<void>(new at::Tensor(real),
+                                     [](void* p) { delete static_cast<at::Tensor*>(p); });
+  b.view = Tensor::from_blob(real.data_ptr(), std::move(sizes), to_shmdist(t.scalar_type(), op),
+                             std::move(owner));
+  return b;
+}
+
+}  // namespace shmdist::torch_backend

@@ -1,0 +1,152 @@
+#include "work.hpp"
+
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+
+namespace shmdist::torch_backend {
+
+using Clock = std::chrono::steady_clock;
+
+ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, c10d::OpType type,
+                 std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type),
+      job_(std::move(job)),
+      outputs_(std::move(outputs)),
+      timeout_(timeout) {}
+
+// The shmdist Work objects are released under the job's mutex: dropping the last reference
+// to an operation must not race with another thread's progress on the same engine.
+ShmWork::~ShmWork() {
+  std::lock_guard lock(job_->mutex);
+  works_.clear();
+  on_success_.clear();
+}
+
+bool ShmWork::done() const {
+  std::lock_guard lock(mutex_);
+  return completed_;
+}
+
+void ShmWork::complete_locked() {
+  for (auto& step : on_success_) step();
+  on_success_.clear();
+  for (const shmdist::Work& w : works_)
+    if (!members_.empty() && !w.is_send()) {
+      const int global = w.source_rank();
+      const auto it = std::lower_bound(members_.begin(), members_.end(), global);
+      source_ = static_cast<int>(it - members_.begin());
+    }
+  works_.clear();
+  finish();
+}
+
+bool ShmWork::fail_locked(std::exception_ptr e) {
+  on_success_.clear();
+  works_.clear();
+  finish(std::move(e));
+  return true;
+}
+
+bool ShmWork::isCompleted() {
+  std::lock_guard lock(job_->mutex);
+  if (done()) return true;
+  try {
+    for (shmdist::Work& w : works_)
+      if (!w.is_completed()) return false;
+    for (shmdist::Work& w : works_) w.wait();  // rethrows a failure
+    complete_locked();
+  } catch (...) {
+    fail_locked(std::current_exception());
+  }
+  return true;
+}
+
+bool ShmWork::wait(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(job_->mutex);
+    if (!done()) {
+      const bool explicit_limit = timeout != kNoTimeout;
+      const auto limit = explicit_limit ? timeout : timeout_;
+      const auto deadline = Clock::now() + limit;
+      try {
+        for (shmdist::Work& w : works_) {
+          // Without a limit of its own the wait ends where shmdist's own timeout ends, and
+          // shmdist's Timeout says what was awaited; only other limits are checked here.
+          if (!explicit_limit && limit == job_->pg.timeout()) {
+            w.wait();
+            continue;
+          }
+          const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
+          if (w.wait(std::chrono::duration_cast<std::chrono::milliseconds>(left))) continue;
+          if (explicit_limit)  // torch's contract: the work stays pending, wait() may be retried
+            TORCH_CHECK(false, "shm backend: ", c10d::opTypeToString(opType_),
+                        " did not complete within the ", limit.count(),
+                        " ms given to wait(); it is still pending");
+          throw Timeout("shm backend: " + c10d::opTypeToString(opType_) + " timed out after " +
+                        std::to_string(limit.count()) +
+                        " ms (the process group's timeout); check that every member of the "
+                        "group makes the matching call");
+        }
+        complete_locked();
+      } catch (const c10::Error&) {
+        throw;
+      } catch (...) {
+        fail_locked(std::current_exception());
+      }
+    }
+  }
+  std::lock_guard lock(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+int ShmWork::sourceRank() const {
+  std::lock_guard lock(mutex_);
+  TORCH_CHECK(completed_ && !exception_ && source_ >= 0,
+              "shm backend: sourceRank() is only known for a completed receive");
+  return source_;
+}
+
+std::vector<at::Tensor> ShmWork::result() { return outputs_; }
+
+// Completes the work first: shmdist makes progress only inside calls, so a future that
+// completed later would wait for a call nobody makes.
+c10::intrusive_ptr<c10::ivalue::Future> ShmWork::getFuture() {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()));
+  try {
+    wait();
+    future->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+    future->setError(std::current_exception());
+  }
+  return future;
+}
+
+namespace {
+class CompletedWork : public c10d::Work {
+ public:
+  CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)) {
+    finish();
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    auto future = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(outputs_));
+    return future;
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+};
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> completed_work(int rank, c10d::OpType type,
+                                              std::vector<at::Tensor> outputs) {
+  return c10::make_intrusive<CompletedWork>(rank, type, std::move(outputs));
+}
+
+}  // namespace shmdist::torch_backend

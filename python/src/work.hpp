@@ -1,0 +1,60 @@
+// The c10d::Work that torch's Python layer waits on: one or more shmdist Work objects (an
+// operation may need several), plus what to do once they all succeeded (copy outputs back
+// out of staging copies). Progress happens in the calls that test or wait, as everywhere in
+// shmdist: there is no background thread.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <shmdist/distributed.hpp>
+
+#include "job.hpp"
+
+namespace shmdist::torch_backend {
+
+class ShmWork : public c10d::Work {
+ public:
+  // `timeout`: how long a wait() without its own timeout may take (the group's, or the
+  // operation's from its options); `engine_timeout`: the job's, after which shmdist itself
+  // throws Timeout (with the best message), so waits use it when the two agree.
+  ShmWork(std::shared_ptr<Job> job, int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+          std::chrono::milliseconds timeout);
+  ~ShmWork() override;
+
+  void add(shmdist::Work work) { works_.push_back(std::move(work)); }
+  void on_success(std::function<void()> step) { on_success_.push_back(std::move(step)); }
+  // For receives: maps the sender's global rank to the group rank torch expects.
+  void set_source_map(std::vector<int> members) { members_ = std::move(members); }
+
+  bool isCompleted() override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  // With the job's mutex held: runs the success steps and marks the work done (or failed).
+  void complete_locked();
+  bool fail_locked(std::exception_ptr e);
+  bool done() const;
+
+  std::shared_ptr<Job> job_;
+  std::vector<shmdist::Work> works_;
+  std::vector<std::function<void()>> on_success_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<int> members_;
+  std::chrono::milliseconds timeout_;
+  int source_ = -1;  // group rank of a completed receive's sender
+};
+
+// A completed Work (for calls that finish before returning).
+c10::intrusive_ptr<c10d::Work> completed_work(int rank, c10d::OpType type,
+                                              std::vector<at::Tensor> outputs);
+
+}  // namespace shmdist::torch_backend

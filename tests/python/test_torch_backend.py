@@ -1,0 +1,105 @@
+"""The torch.distributed backend "shm": every operation on the world and sub-groups, under
+shmrun and without a launcher, every init method, the seed's programs' exact output under
+shmrun and torchrun, errors, timeouts, rank death, and nothing left in /dev/shm."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import (SOURCE_DIR, WORKERS, env_ranks, failures, shmrun, start_env_ranks,
+                      torchrun, _communicate)
+
+SEEDS = SOURCE_DIR / "examples" / "python"
+SEED_CASES = [
+    ("seed1_send_recv.py", 2, ["Received from 0: tensor([10, 20, 30, 40])"]),
+    ("seed2_any_source.py", 3, ["Received from 0: tensor([1, 2, 3])", "Received from 1: tensor([4, 5, 6])"]),
+    ("seed3_subgroup.py", 2, ["From 0 in subgroup: tensor([7., 8., 9.])"]),
+]
+
+
+def check_seed(result, script, expected_lines):
+    assert result.returncode == 0, result
+    assert result.stdout.strip() in expected_lines, result
+    if script == "seed2_any_source.py":
+        # The message that lost the race is reported, not lost.
+        winner = int(result.stdout.split()[2].rstrip(":"))
+        loser = 1 - winner
+        assert (f"shmdist: rank 2: 1 message from rank {loser} arrived and was never received "
+                "(tag 0, 24 bytes)") in result.stderr, result
+
+
+@pytest.mark.parametrize("script,n,expected", SEED_CASES, ids=[c[0] for c in SEED_CASES])
+def test_seed_program_under_shmrun(script, n, expected):
+    check_seed(shmrun(n, SEEDS / script), script, expected)
+
+
+@pytest.mark.parametrize("script,n,expected", SEED_CASES, ids=[c[0] for c in SEED_CASES])
+def test_seed_program_under_torchrun(script, n, expected):
+    check_seed(torchrun(n, SEEDS / script), script, expected)
+
+
+def check_ops(results, ranks):
+    text = "".join(r.stdout for r in results)
+    assert not failures(text), "\n".join(failures(text)) + "\n" + repr(results[0])
+    for r in range(ranks):
+        assert f"DONE rank={r}" in text, results
+    assert all(r.returncode == 0 for r in results), results
+
+
+def test_every_operation_under_shmrun_on_world_and_sub_groups():
+    result = shmrun(3, WORKERS / "ops.py", timeout=400)
+    check_ops([result], 3)
+
+
+def test_every_operation_without_a_launcher():
+    check_ops(env_ranks(2, WORKERS / "ops.py", timeout=400), 2)
+
+
+@pytest.mark.parametrize("method", ["env://", "tcp", "file"])
+def test_init_methods(method, tmp_path):
+    if method == "tcp":
+        from conftest import free_port
+        method = f"tcp://127.0.0.1:{free_port()}"
+    elif method == "file":
+        method = f"file://{tmp_path}/init"
+    results = env_ranks(2, WORKERS / "init_methods.py", init=method)
+    for r, res in enumerate(results):
+        assert res.returncode == 0, res
+        assert f"OK rank={r} backend=shm" in res.stdout, res
+
+
+def test_errors_and_timeouts():
+    results = env_ranks(2, WORKERS / "errors.py", extra_env={"SHMDIST_TEST_TIMEOUT_S": "5"})
+    check_ops(results, 2)
+
+
+def check_death(text):
+    caught = [line for line in text.splitlines() if line.startswith("CAUGHT")]
+    assert caught, text
+    assert caught[0].startswith("CAUGHT PeerFailure"), caught[0]
+    assert "rank 1" in caught[0], caught[0]
+
+
+def test_rank_death_under_shmrun_raises_peer_failure():
+    result = shmrun(3, WORKERS / "death.py", timeout=120)
+    assert result.returncode == 7, result  # the first rank that failed
+    check_death(result.stdout)
+
+
+def test_rank_death_without_a_launcher_raises_peer_failure():
+    results = env_ranks(2, WORKERS / "death.py", timeout=120)
+    assert results[1].returncode == 7, results[1]
+    check_death(results[0].stdout)
+
+
+def test_kill_9_after_init_leaves_nothing():
+    procs = start_env_ranks(2, WORKERS / "hold.py")
+    try:
+        for p in procs:
+            line = p.stdout.readline()
+            assert line.startswith("READY"), line + p.stderr.read()
+    finally:
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        _communicate(procs, 30)

@@ -1,0 +1,81 @@
+"""What the backend refuses, and how: RuntimeErrors that say why. 2 ranks or more."""
+
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from common import expect, expect_raises, finish, init, run_checks
+
+init()
+RANK = dist.get_rank()
+PEER = 1 - RANK if RANK < 2 else 0
+
+
+def non_cpu_tensors_are_refused():
+    # No CUDA here, and torch's dispatcher sends other devices' tensors elsewhere before
+    # they reach a backend: a meta tensor, checked as every operation checks its tensors,
+    # stands for a CUDA one.
+    from shmdist import _C
+    expect_raises("CPU tensors only, got a tensor on meta", lambda: _C._check_tensor(torch.empty(3, device="meta"), "send"))
+
+
+def sparse_tensors_are_refused():
+    t = torch.zeros(3).to_sparse()
+    expect_raises("sparse", lambda: dist.broadcast(t, src=0))
+
+
+def quantized_tensors_are_refused():
+    t = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.quint8)
+    expect_raises("does not support tensors of dtype", lambda: dist.all_reduce(t))
+
+
+def shmdist_errors_are_runtime_errors():
+    import shmdist
+    e = expect_raises("this rank itself", lambda: dist.send(torch.zeros(1), dst=RANK))
+    expect(isinstance(e, shmdist.InvalidArgument), f"shmdist.InvalidArgument, got {type(e)}")
+    expect_raises("not in the group", lambda: dist.send(torch.zeros(1), dst=dist.get_world_size() + 3))
+
+
+def mismatched_collectives_raise_on_every_rank():
+    t = torch.zeros(3 if RANK == 0 else 4)
+    expect_raises("", lambda: dist.all_reduce(t))
+    u = torch.ones(2)
+    dist.all_reduce(u)  # the group stays usable
+    expect(torch.equal(u, torch.full((2,), float(dist.get_world_size()))), f"then all_reduce gave {u}")
+
+
+def a_receive_times_out():
+    import shmdist
+    if RANK == 0:
+        t0 = time.monotonic()
+        e = expect_raises("timed out", lambda: dist.recv(torch.zeros(1), src=1, tag=77))
+        expect(isinstance(e, shmdist.Timeout), f"shmdist.Timeout, got {type(e)}")
+        expect(time.monotonic() - t0 < 60, "within the group's timeout")
+        dist.send(torch.zeros(1), dst=1, tag=78)
+    elif RANK == 1:
+        # Wait (longer than the group's timeout) until rank 0's receive has timed out.
+        dist.irecv(torch.zeros(1), src=0, tag=78).wait(timedelta(seconds=60))
+        dist.send(torch.zeros(1), dst=0, tag=77)  # what the timed-out receive waited for
+
+
+def a_wait_with_its_own_timeout_leaves_the_work_pending():
+    if RANK == 0:
+        work = dist.irecv(res := torch.zeros(1), src=1, tag=90)
+        expect_raises("did not complete", lambda: work.wait(timedelta(milliseconds=50)))
+        dist.send(torch.zeros(1), dst=1, tag=91)
+        work.wait()
+        expect(res.item() == 5.0, f"then received {res}")
+    elif RANK == 1:
+        dist.recv(torch.zeros(1), src=0, tag=91)
+        dist.send(torch.full((1,), 5.0), dst=0, tag=90)
+
+
+run_checks([non_cpu_tensors_are_refused, sparse_tensors_are_refused, quantized_tensors_are_refused,
+            shmdist_errors_are_runtime_errors, mismatched_collectives_raise_on_every_rank,
+            a_receive_times_out, a_wait_with_its_own_timeout_leaves_the_work_pending])
+dist.barrier()
+print(f"DONE rank={RANK}", flush=True)
+# The timed-out receive was matched later (tag 77); nothing is left unreceived.
+finish()

@@ -1,0 +1,11 @@
+"""Initialises, says READY, then waits to be killed (for the kill -9 leftovers test)."""
+
+import time
+
+import torch.distributed as dist
+
+from common import init
+
+init()
+print(f"READY rank={dist.get_rank()}", flush=True)
+time.sleep(120)
