@@ -28,6 +28,7 @@
 #include "job/supervisor.hpp"
 #include "pg/config.hpp"
 #include "pg/duration.hpp"
+#include "pg/env.hpp"
 #include "segment/segment.hpp"
 
 namespace {

@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(processes_left_by_ranks_are_ended_with_the_job) {
           kill(pid, SIGKILL);  // a pid our own test program printed
           reap_within(pid, 5s);
         }
-        BOOST_TEST(contains(r.err, "shmrun: ending pid " + std::to_string(pid) + " (sleep)"));
+        BOOST_TEST(contains(r.err, "shmrun: ending pid " + std::to_string(pid) + " (sleep)"), r.err);
       }
     }
   }

@@ -10,8 +10,8 @@
 //                                    process to end: PEER_EXITED, or PEER_STILL_THERE.
 //   hostile_rank spawn SETSID        every rank forks `sleep 77` (in a new session if SETSID is 1),
 //                                    says CHILD pid=P, joins, barrier, destroys, exits 0.
-//   hostile_rank stream MIB N        rank 0 sends N tensors of MIB MiB to rank 1 (a stream that
-//                                    fills the ring, so both ranks block in turn).
+//   hostile_rank stream MIB S        rank 0 sends tensors of MIB MiB to rank 1 for S seconds (a
+//                                    stream that fills the ring, so both ranks block in turn).
 //   hostile_rank wait_for_1          rank 0 receives from rank 1, which joins and then sleeps
 //                                    (not blocked): the tests stop it with SIGSTOP.
 //   hostile_rank noinit              rank 1 never calls init_process_group (it sleeps); rank 0
@@ -20,9 +20,13 @@
 //   hostile_rank chatter KIB         writes KIB KiB without a newline, then exits 0.
 //
 // Every rank that joins prints "READY rank=R pid=P".
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -106,12 +110,21 @@ int leave_clean() {
 }
 
 int spawn(bool new_session) {
+  // A close-on-exec pipe tells when the child has become `sleep`: its write end closes at exec,
+  // so the launcher can only ever see the child under its final name.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) return 3;
   const pid_t child = fork();
   if (child == 0) {
     if (new_session) setsid();
     execlp("sleep", "sleep", "77", static_cast<char*>(nullptr));
     _exit(127);
   }
+  close(exec_pipe[1]);
+  char byte;
+  while (read(exec_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
   emit("CHILD pid=" + std::to_string(child) + " rank=" + std::to_string(env_int("RANK", -1)));
   dist::init_process_group("shm");
   ready();
@@ -120,14 +133,27 @@ int spawn(bool new_session) {
   return 0;
 }
 
-int stream(int mib, int count) {
+int stream(int mib, int seconds) {
   dist::init_process_group("shm");
   ready();
+  // The stream lasts `seconds` whatever the machine's speed: rank 0 decides when to stop and
+  // says so in the first element of the last tensor (1 = more follow, 0 = the last).
   dist::Tensor t = dist::zeros(static_cast<std::int64_t>(mib) << 18, dist::kFloat);
-  for (int i = 0; i < count; ++i) {
-    if (dist::get_rank() == 0) dist::send(t, 1);
-    else if (dist::get_rank() == 1) dist::recv(t, 0);
-    if (i == 0) emit("STREAMING rank=" + std::to_string(dist::get_rank()));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (int i = 0;; ++i) {
+    if (dist::get_rank() == 0) {
+      const bool more = std::chrono::steady_clock::now() < until;
+      t.data<float>()[0] = more ? 1.0f : 0.0f;
+      dist::send(t, 1);
+      if (i == 0) emit("STREAMING rank=0");
+      if (!more) break;
+    } else if (dist::get_rank() == 1) {
+      dist::recv(t, 0);
+      if (i == 0) emit("STREAMING rank=1");
+      if (t.data<float>()[0] == 0.0f) break;
+    } else {
+      break;
+    }
   }
   dist::destroy_process_group();
   emit("DONE rank=" + std::to_string(env_int("RANK", -1)));
