@@ -16,12 +16,24 @@
 #include "pg/group_info.hpp"
 #include "segment/segment.hpp"
 
+namespace shmdist::transport {
+class ShmTransport;
+}
+
 namespace shmdist {
+
+namespace detail {
+// Wraps the shared-memory transport of this host's segment into the transport the engine
+// uses (a RoutingTransport across hosts), which then decides the rank and world size.
+using TransportWrap = std::function<std::unique_ptr<transport::Transport>(
+    std::unique_ptr<transport::ShmTransport>)>;
+}  // namespace detail
 
 struct ProcessGroup::Impl {
   std::shared_ptr<segment::Segment> segment;
   std::shared_ptr<engine::Engine> engine;
-  int rank = -1;
+  int rank = -1;          // global rank
+  int segment_rank = -1;  // rank in this host's segment (= rank unless the job spans hosts)
   int world = 0;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<const detail::GroupInfo> world_group;
@@ -37,8 +49,10 @@ struct ProcessGroup::Impl {
   // Builds the group state for `rank` of the job in `segment`. `supervised`: a launcher
   // records how ranks end (shmrun, launch()); otherwise peers' processes are watched.
   // `config`: the job's SHMDIST_* settings (spin policy, health-check interval).
+  // `wrap` (jobs across hosts): `rank` is the local rank in the host's segment, and the
+  // wrapped transport gives the global rank and world size.
   Impl(std::shared_ptr<segment::Segment> segment, int rank, std::chrono::milliseconds timeout,
-       const config::Config& config, bool supervised);
+       const config::Config& config, bool supervised, const detail::TransportWrap& wrap = {});
 
   // The rank ends without destroy_process_group (pg/process_group.cpp): never waits for the
   // peers. `exit_status`: the process's exit status when known (exit, return from main).

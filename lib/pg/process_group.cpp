@@ -43,11 +43,15 @@ inline void check_tensor(const Tensor& t, const char* call) {
 
 ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
                          std::chrono::milliseconds t, const config::Config& config,
-                         bool is_supervised)
-    : segment(std::move(seg)), rank(r), world(segment->world_size()), timeout(t),
+                         bool is_supervised, const detail::TransportWrap& wrap)
+    : segment(std::move(seg)), rank(r), segment_rank(r), world(segment->world_size()), timeout(t),
       supervised(is_supervised) {
-  auto transport = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
-                                                             config.health_check);
+  auto shm = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
+                                                       config.health_check);
+  std::unique_ptr<transport::Transport> transport =
+      wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
+  rank = transport->rank();
+  world = transport->world_size();
   const auto spin =
       wait::SpinPolicy::for_job(config.spin_us, config.local_cpus, config.health_check);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
@@ -112,8 +116,8 @@ void ProcessGroup::Impl::end_without_destroy(std::optional<int> exit_status) {
     const bool aborted = segment->header().job_state.load(std::memory_order_acquire) ==
                          static_cast<std::uint32_t>(segment::JobState::Aborted);
     if (!aborted)
-      segment::record_job_failure(*segment, rank, segment::EndKind::Exited, *exit_status);
-    segment::record_rank_end(*segment, rank, segment::EndKind::Exited, *exit_status);
+      segment::record_job_failure(*segment, segment_rank, segment::EndKind::Exited, *exit_status);
+    segment::record_rank_end(*segment, segment_rank, segment::EndKind::Exited, *exit_status);
     engine->abandon(engine::Clock::duration::zero(), false, std::cerr);
   } else {
     const bool mark = exit_status.has_value() || !supervised;

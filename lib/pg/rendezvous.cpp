@@ -117,14 +117,15 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
-                                                       const config::Config& config) {
+                                                       const config::Config& config,
+                                                       const TransportWrap& wrap) {
   const std::string name = rendezvous_name(job_id, world);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
   NamedObject obj = find_or_create(name, rank, world, ring_size, job_id, deadline);
   auto seg = obj.segment;
   auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
-                                                   /*supervised=*/false);
+                                                   /*supervised=*/false, wrap);
   // Wait for the full set, watching those who joined: a rank that dies now fails the job
   // at once (no launcher would tell us). The name goes as soon as everyone has attached,
   // or as soon as the job cannot start any more.

@@ -22,6 +22,7 @@ std::string rendezvous_name(const std::string& job_id, int world_size);
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
-                                                       const config::Config& config);
+                                                       const config::Config& config,
+                                                       const TransportWrap& wrap = {});
 
 }  // namespace shmdist::detail

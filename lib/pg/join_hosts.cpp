@@ -1,0 +1,78 @@
+#include "pg/join_hosts.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <set>
+
+#include "pg/env.hpp"
+#include "pg/rendezvous.hpp"
+#include "transport/mpi_transport.hpp"
+#include "transport/routing_transport.hpp"
+#include "transport/shm_transport.hpp"
+
+namespace shmdist::detail {
+
+std::string host_identity() {
+  if (auto id = env::get("SHMDIST_HOST_ID")) {
+    if (id->empty() || id->size() > 255)
+      throw SetupError("SHMDIST_HOST_ID is " + std::string(id->empty() ? "empty" : "too long") +
+                       ": expected 1 to 255 characters naming this rank's host (ranks with "
+                       "equal ids share a segment)");
+    return *id;
+  }
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (boot && std::getline(boot, id) && !id.empty()) return "boot:" + id;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0]) return "host:" + std::string(name);
+  throw SetupError("cannot tell which host this rank runs on (no boot id, no host name); set "
+                   "SHMDIST_HOST_ID");
+}
+
+bool mpi_job_spans_hosts(int world) {
+  if (env::get("SHMDIST_HOST_ID")) return true;
+  const auto local = env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX);
+  return local && *local < world;
+}
+
+namespace {
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+}  // namespace
+
+std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
+                                                      const InitOptions& options,
+                                                      const config::Config& config) {
+  auto session = transport::MpiSession::start();
+  if (session->size() != world || session->rank() != rank)
+    throw SetupError("MPI says this is rank " + std::to_string(session->rank()) + " of " +
+                     std::to_string(session->size()) + " but the environment (or InitOptions) "
+                     "says rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                     "; under mpirun leave InitOptions::rank and world_size unset");
+  const std::string me = host_identity();
+  const std::vector<std::string> ids = session->allgather(me);
+  // For error texts: the real host name beside the identity.
+  const std::vector<std::string> names = session->allgather(host_name());
+  std::vector<std::string> hosts(world);
+  for (int r = 0; r < world; ++r)
+    hosts[r] = ids[r].rfind("boot:", 0) == 0 ? names[r] : ids[r] + " on " + names[r];
+  std::vector<int> local_members, remote;
+  for (int r = 0; r < world; ++r) (ids[r] == me ? local_members : remote).push_back(r);
+  int local_rank = 0;
+  while (local_members[local_rank] != rank) ++local_rank;
+
+  TransportWrap wrap = [&](std::unique_ptr<transport::ShmTransport> shm) {
+    return std::make_unique<transport::RoutingTransport>(
+        rank, local_members, hosts, std::move(shm), transport::make_mpi_transport(session, remote));
+  };
+  // One segment per host, named from the job and the host identity.
+  return join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
+                            mpi_job_id() + "/host:" + me, options, config, wrap);
+}
+
+}  // namespace shmdist::detail

@@ -1,0 +1,135 @@
+#include "transport/routing_transport.hpp"
+
+#include <shmdist/errors.hpp>
+
+namespace shmdist::transport {
+
+RoutingTransport::RoutingTransport(int rank, std::vector<int> local_members,
+                                   std::vector<std::string> hosts, std::unique_ptr<Transport> local,
+                                   std::unique_ptr<RemoteTransport> remote)
+    : rank_(rank),
+      world_(static_cast<int>(hosts.size())),
+      global_of_(std::move(local_members)),
+      local_of_(world_, -1),
+      hosts_(std::move(hosts)),
+      local_(std::move(local)),
+      remote_(std::move(remote)) {
+  for (std::size_t l = 0; l < global_of_.size(); ++l) local_of_[global_of_[l]] = static_cast<int>(l);
+  if (local_of_[rank_] < 0 || local_->world_size() != static_cast<int>(global_of_.size()) ||
+      local_->rank() != local_of_[rank_] || remote_->world_size() != world_)
+    throw SetupError("rank " + std::to_string(rank_) +
+                     ": the host's segment and the MPI job disagree on who is where (local rank " +
+                     std::to_string(local_->rank()) + " of " + std::to_string(local_->world_size()) +
+                     ", MPI world " + std::to_string(remote_->world_size()) + ")");
+  has_local_peers_ = global_of_.size() > 1;
+  has_remote_peers_ = global_of_.size() < static_cast<std::size_t>(world_);
+}
+
+InboundSink* RoutingTransport::Globalize::on_message_start(const Envelope& env) {
+  Envelope g = env;
+  g.src = global_of_[env.src];
+  return inner_.on_message_start(g);
+}
+
+void RoutingTransport::Globalize::on_message_complete(InboundSink* sink, const Envelope& env) {
+  Envelope g = env;
+  g.src = global_of_[env.src];
+  inner_.on_message_complete(sink, g);
+}
+
+bool RoutingTransport::poll_local(InboundHandler& handler, int preferred, bool full_scan) {
+  if (!has_local_peers_) return false;
+  Globalize g(handler, global_of_);
+  return local_->poll(g, preferred >= 0 ? local(preferred) : -1, full_scan);
+}
+
+bool RoutingTransport::poll_remote(InboundHandler& handler, int preferred, bool full_scan) {
+  if (!has_remote_peers_) return false;
+  return remote_->poll(handler, preferred >= 0 && local(preferred) < 0 ? preferred : -1, full_scan);
+}
+
+bool RoutingTransport::poll(InboundHandler& handler, int preferred, bool full_scan) {
+  // A preferred local peer keeps its fast path: the local transport looks at it first.
+  const int pref_local = preferred >= 0 && local(preferred) >= 0 ? preferred : -1;
+  const int pref_remote = preferred >= 0 && local(preferred) < 0 ? preferred : -1;
+  remote_first_ = !remote_first_;
+  if (remote_first_) {
+    const bool moved = poll_remote(handler, pref_remote, full_scan);
+    return poll_local(handler, pref_local, full_scan) || moved;
+  }
+  const bool moved = poll_local(handler, pref_local, full_scan);
+  return poll_remote(handler, pref_remote, full_scan) || moved;
+}
+
+DirectResult RoutingTransport::receive_direct(int src, const Expectation& want) {
+  const int l = local(src);
+  return l >= 0 ? local_->receive_direct(l, want) : remote_->receive_direct(src, want);
+}
+
+int RoutingTransport::receive_direct_any(const Expectation& want, DirectResult& result) {
+  remote_first_ = !remote_first_;
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool remote = (pass == 0) == remote_first_;
+    if (remote ? !has_remote_peers_ : !has_local_peers_) continue;
+    const int src = remote ? remote_->receive_direct_any(want, result)
+                           : local_->receive_direct_any(want, result);
+    if (result == DirectResult::Received) return remote ? src : global_of_[src];
+    if (result == DirectResult::Other) return -1;
+  }
+  result = DirectResult::Empty;
+  return -1;
+}
+
+bool RoutingTransport::send_some(int dst, OutboundMessage& msg) {
+  const int l = local(dst);
+  return l >= 0 ? local_->send_some(l, msg) : remote_->send_some(dst, msg);
+}
+
+void RoutingTransport::flush() {
+  local_->flush();
+  if (has_remote_peers_) remote_->flush();
+}
+
+bool RoutingTransport::inbound_in_progress(int src) const {
+  const int l = local(src);
+  return l >= 0 ? local_->inbound_in_progress(l) : remote_->inbound_in_progress(src);
+}
+
+bool RoutingTransport::inbound_pending(int src) const {
+  const int l = local(src);
+  return l >= 0 ? local_->inbound_pending(l) : remote_->inbound_pending(src);
+}
+
+void RoutingTransport::sleep(std::uint32_t token, std::chrono::nanoseconds timeout) {
+  if (has_remote_peers_) timeout = std::min(timeout, remote_->poll_interval());
+  local_->sleep(token, timeout);
+}
+
+PeerState RoutingTransport::peer_state(int peer) {
+  const int l = local(peer);
+  if (l < 0) return remote_->peer_state(peer);
+  PeerState st = local_->peer_state(l);
+  // The local transport names ranks by their index in this host's segment.
+  if (!st.how.empty())
+    st.how = "global rank " + std::to_string(peer) + " on host '" + hosts_[peer] +
+             "' (local rank " + std::to_string(l) + " there): " + st.how;
+  return st;
+}
+
+void RoutingTransport::check_job() {
+  local_->check_job();
+  remote_->check_job();
+}
+
+void RoutingTransport::report_failure(int peer) {
+  const int l = local(peer);
+  if (l >= 0) local_->report_failure(l);
+  else remote_->report_failure(peer);
+}
+
+void RoutingTransport::mark_finalized() {
+  local_->mark_finalized();
+  remote_->mark_finalized();
+}
+
+}  // namespace shmdist::transport

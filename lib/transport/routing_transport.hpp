@@ -1,0 +1,85 @@
+// A Transport chosen per peer: ranks on this host go to the shared-memory transport (which
+// numbers them by local rank, their index in this host's segment), ranks on other hosts to
+// the remote (MPI) transport (global ranks). The engine above sees one transport with global
+// ranks; the global <-> local mapping lives here and nowhere else.
+//
+// Fairness: poll() and receive_direct_any() alternate which transport they look at first, so
+// an any-source receive hears both. Order per (source, group, tag) holds because each source
+// is served by exactly one transport, which keeps its own per-source order.
+//
+// Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
+// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us
+// growing to 1 ms while nothing arrives) and polls MPI on every wake-up.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/mpi_transport.hpp"
+#include "transport/transport.hpp"
+
+namespace shmdist::transport {
+
+class RoutingTransport final : public Transport {
+ public:
+  // `local_members`: the global ranks of this host, by local rank (ascending); `hosts`: every
+  // rank's host identity, by global rank (for error texts). `local` serves local ranks,
+  // `remote` the others.
+  RoutingTransport(int rank, std::vector<int> local_members, std::vector<std::string> hosts,
+                   std::unique_ptr<Transport> local, std::unique_ptr<RemoteTransport> remote);
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  bool poll(InboundHandler& handler, int preferred, bool full_scan) override;
+  DirectResult receive_direct(int src, const Expectation& want) override;
+  int receive_direct_any(const Expectation& want, DirectResult& result) override;
+  bool send_some(int dst, OutboundMessage& msg) override;
+  void flush() override;
+  bool inbound_in_progress(int src) const override;
+  bool inbound_pending(int src) const override;
+
+  int awake_ranks() const override { return local_->awake_ranks(); }
+  std::uint32_t arm() override { return local_->arm(); }
+  void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override;
+  void disarm() override { local_->disarm(); }
+
+  PeerState peer_state(int peer) override;
+  void check_job() override;
+  void report_failure(int peer) override;
+  void set_blocked(const BlockedInfo& info) override { local_->set_blocked(info); }
+  void clear_blocked() override { local_->clear_blocked(); }
+  void mark_finalized() override;
+
+ private:
+  // Hands the engine local messages with their global source rank.
+  class Globalize final : public InboundHandler {
+   public:
+    Globalize(InboundHandler& inner, const std::vector<int>& global_of)
+        : inner_(inner), global_of_(global_of) {}
+    InboundSink* on_message_start(const Envelope& env) override;
+    void on_message_complete(InboundSink* sink, const Envelope& env) override;
+
+   private:
+    InboundHandler& inner_;
+    const std::vector<int>& global_of_;
+  };
+
+  int local(int global) const { return local_of_[global]; }
+  bool poll_local(InboundHandler& handler, int preferred, bool full_scan);
+  bool poll_remote(InboundHandler& handler, int preferred, bool full_scan);
+
+  int rank_;
+  int world_;
+  std::vector<int> global_of_;  // by local rank
+  std::vector<int> local_of_;   // by global rank; -1 on other hosts
+  std::vector<std::string> hosts_;
+  std::unique_ptr<Transport> local_;
+  std::unique_ptr<RemoteTransport> remote_;
+  bool has_local_peers_;
+  bool has_remote_peers_;
+  bool remote_first_ = false;
+};
+
+}  // namespace shmdist::transport

@@ -1,0 +1,210 @@
+// One rank of a job across (emulated) hosts, run by test_across_hosts.cpp under mpirun with
+// SHMDIST_HOST_ID chosen per rank (with_host_id.sh). Mode "all" runs the behaviour checks and
+// rank 0 prints "OK"; any failed check prints "FAIL rank R: ..." to stderr and exits 1.
+// Mode "kill" makes the last rank die by SIGKILL while the others wait for it; mode
+// "timeout" makes rank 0 wait for a message nobody sends, and print the Timeout's text.
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <shmdist/shmdist.hpp>
+
+namespace dist = shmdist;
+
+namespace {
+
+int rank = 0;
+int world = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+dist::Tensor pair(std::int64_t a, std::int64_t b) {
+  dist::Tensor t = dist::zeros(2, dist::kInt64);
+  t.data<std::int64_t>()[0] = a;
+  t.data<std::int64_t>()[1] = b;
+  return t;
+}
+
+// Every rank sends K messages to every other rank over 3 tags, all at once (non-blocking);
+// each receiver takes them per (source, tag) and finds them in sending order.
+void ordering() {
+  constexpr int K = 60;
+  std::vector<dist::Work> sends;
+  for (int dst = 0; dst < world; ++dst)
+    if (dst != rank)
+      for (int i = 0; i < K; ++i) sends.push_back(dist::isend(pair(rank, i), dst, {}, i % 3));
+  for (int src = 0; src < world; ++src) {
+    if (src == rank) continue;
+    for (int tag = 2; tag >= 0; --tag)  // the reverse of sending order: the rest is unexpected
+      for (int i = tag; i < K; i += 3) {
+        dist::Tensor t = dist::zeros(2, dist::kInt64);
+        check(dist::recv(t, src, {}, tag) == src, "ordering: wrong source");
+        check(t.data<std::int64_t>()[0] == src && t.data<std::int64_t>()[1] == i,
+              "ordering: from rank " + std::to_string(src) + " tag " + std::to_string(tag) +
+                  " expected message " + std::to_string(i) + ", got " +
+                  std::to_string(t.data<std::int64_t>()[1]));
+      }
+  }
+  for (auto& w : sends) w.wait();
+}
+
+// Rank 0 receives from any source everything every other rank sends it (local and remote
+// peers mixed): all arrive, each source's in order.
+void any_source() {
+  constexpr int M = 40;
+  if (rank != 0) {
+    for (int i = 0; i < M; ++i) dist::send(pair(rank, i), 0, {}, 7);
+    return;
+  }
+  std::vector<int> next(world, 0);
+  for (int n = 0; n < M * (world - 1); ++n) {
+    dist::Tensor t = dist::zeros(2, dist::kInt64);
+    const int src = dist::recv(t, dist::ANY_SOURCE, {}, 7);
+    check(src > 0 && src < world && t.data<std::int64_t>()[0] == src,
+          "any-source: recv returned source " + std::to_string(src) + " for a message of rank " +
+              std::to_string(t.data<std::int64_t>()[0]));
+    check(t.data<std::int64_t>()[1] == next[src]++, "any-source: out of order from rank " +
+                                                        std::to_string(src));
+  }
+}
+
+// Large messages both ways at once between rank 0 and the last rank (on another host in
+// every configuration), an odd size, and an empty message.
+void large() {
+  if (rank != 0 && rank != world - 1) return;
+  const int peer = rank == 0 ? world - 1 : 0;
+  for (std::int64_t n : {std::int64_t{3} << 20, (std::int64_t{16} << 20) + 7, std::int64_t{0}}) {
+    dist::Tensor out = dist::empty({n}, dist::kUInt8);
+    for (std::int64_t i = 0; i < n; ++i) out.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(i * 7 + rank);
+    dist::Tensor in = dist::zeros(n, dist::kUInt8);
+    dist::Work s = dist::isend(out, peer, {}, 11);
+    check(dist::recv(in, peer, {}, 11) == peer, "large: wrong source");
+    s.wait();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (in.data<std::uint8_t>()[i] != static_cast<std::uint8_t>(i * 7 + peer))
+        throw std::runtime_error("large: byte " + std::to_string(i) + " of " +
+                                 std::to_string(n) + " differs");
+  }
+}
+
+// irecv posted before the send; a wait with a timeout that expires while nothing is sent.
+void nonblocking() {
+  const int peer = world - 1 - rank;  // pairs across the job (hosts differ in our layouts)
+  const bool paired = peer != rank;
+  dist::Tensor in = dist::zeros(2, dist::kInt64);
+  dist::Work r;
+  if (paired) r = dist::irecv(in, peer, {}, 21);
+  dist::barrier();
+  if (paired && rank < peer)
+    check(!r.wait(std::chrono::milliseconds(50)), "nonblocking: completed before the send");
+  dist::barrier();
+  if (!paired) return;
+  dist::Work s = dist::isend(pair(rank, 42), peer, {}, 21);
+  r.wait();
+  s.wait();
+  check(in.data<std::int64_t>()[0] == peer && in.data<std::int64_t>()[1] == 42,
+        "nonblocking: wrong payload");
+  check(r.source_rank() == peer, "nonblocking: wrong source_rank");
+}
+
+// A group of the first and last rank (two hosts) and one of the odd ranks.
+void groups() {
+  dist::Group ends = dist::new_group({0, world - 1});
+  std::vector<int> odd_ranks;
+  for (int r = 1; r < world; r += 2) odd_ranks.push_back(r);
+  dist::Group odd = dist::new_group(odd_ranks);
+  if (rank == 0 || rank == world - 1) {
+    const int peer = rank == 0 ? world - 1 : 0;  // global ranks, as in torch
+    dist::Work s = dist::isend(pair(rank, 5), peer, ends, 3);
+    dist::Tensor t = dist::zeros(2, dist::kInt64);
+    check(dist::recv(t, dist::ANY_SOURCE, ends, 3) == (rank == 0 ? world - 1 : 0),
+          "groups: recv in a group spanning hosts returned the wrong global rank");
+    s.wait();
+    dist::Tensor x = dist::full({4}, rank + 1, dist::kFloat32);
+    dist::all_reduce(x, dist::ReduceOp::SUM, ends);
+    check(x.data<float>()[3] == static_cast<float>(world + 1), "groups: all_reduce over ends");
+  }
+  if (rank % 2 == 1 && odd_ranks.size() > 1) {
+    dist::Tensor x = dist::full({3}, rank, dist::kInt64);
+    dist::all_reduce(x, dist::ReduceOp::MAX, odd);
+    check(x.data<std::int64_t>()[0] == odd_ranks.back(), "groups: all_reduce MAX over odd");
+  }
+}
+
+void collectives() {
+  dist::Tensor x = dist::full({1000}, rank, dist::kFloat64);
+  dist::all_reduce(x);
+  check(x.data<double>()[999] == world * (world - 1) / 2.0, "collectives: all_reduce SUM");
+  dist::Tensor b = dist::full({5}, rank == world - 1 ? 9 : 0, dist::kInt32);
+  dist::broadcast(b, world - 1);
+  check(b.data<std::int32_t>()[4] == 9, "collectives: broadcast from the last rank");
+  std::vector<dist::Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(dist::zeros(2, dist::kInt64));
+  dist::all_gather(all, pair(rank, rank * 10));
+  for (int r = 0; r < world; ++r)
+    check(all[r].data<std::int64_t>()[1] == r * 10, "collectives: all_gather slot " +
+                                                        std::to_string(r));
+  dist::Work w = dist::all_reduce(x, dist::ReduceOp::MAX, {}, /*async_op=*/true);
+  w.wait();
+  check(x.data<double>()[0] == world * (world - 1) / 2.0, "collectives: async all_reduce MAX");
+  dist::barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "all";
+  dist::InitOptions options;
+  // Only rank 0 gives up early; the others wait for it in a barrier afterwards.
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (mode == "timeout" && mpi_rank && std::string(mpi_rank) == "0")
+    options.timeout = std::chrono::milliseconds(1500);
+  try {
+    dist::init_process_group("shm", options);
+    rank = dist::get_rank();
+    world = dist::get_world_size();
+    if (mode == "kill") {
+      dist::barrier();
+      if (rank == world - 1) std::raise(SIGKILL);
+      dist::Tensor t = dist::zeros(1, dist::kInt64);
+      dist::recv(t, world - 1);
+      std::cerr << "FAIL rank " << rank << ": received from a killed rank\n";
+      return 1;
+    }
+    if (mode == "timeout") {
+      if (rank == 0) {
+        dist::Tensor t = dist::zeros(1, dist::kInt64);
+        try {
+          dist::recv(t, world - 1, {}, 5);
+          std::cerr << "FAIL rank 0: a receive nobody sent to completed\n";
+          return 1;
+        } catch (const dist::Timeout& e) {
+          std::cout << "TIMEOUT " << e.what() << std::endl;
+        }
+      }
+      dist::barrier();
+      dist::destroy_process_group();
+      return 0;
+    }
+    const bool trace = std::getenv("HOSTS_CHECK_TRACE") != nullptr;
+    const std::pair<const char*, void (*)()> checks[] = {
+        {"ordering", ordering}, {"any_source", any_source}, {"large", large},
+        {"nonblocking", nonblocking}, {"groups", groups}, {"collectives", collectives}};
+    for (const auto& [name, run] : checks) {
+      if (trace) std::cerr << "rank " << rank << ": " << name << std::endl;
+      run();
+    }
+    dist::destroy_process_group();
+  } catch (const std::exception& e) {
+    std::cerr << "FAIL rank " << rank << ": " << e.what() << std::endl;
+    return 1;
+  }
+  if (rank == 0) std::cout << "OK" << std::endl;
+  return 0;
+}

@@ -1,0 +1,95 @@
+// Jobs across hosts (API.md §9), emulated on one machine: mpirun starts the ranks, each one's
+// SHMDIST_HOST_ID comes from SHMDIST_TEST_HOSTS (with_host_id.sh), and Open MPI is forced
+// onto TCP over loopback, as between real hosts. Ranks with equal ids share a segment; the
+// others talk through MPI.
+#include <boost/test/unit_test.hpp>
+
+#include "support/process.hpp"
+#include "support/shm_check.hpp"
+
+using shmdist::test::CommandOptions;
+using shmdist::test::CommandResult;
+using shmdist::test::examples_dir;
+using shmdist::test::run_command;
+
+namespace {
+
+int count(const std::string& hosts) {
+  return static_cast<int>(std::count(hosts.begin(), hosts.end(), ',')) + 1;
+}
+
+// Runs `program args...` as one rank per entry of `hosts` ("a,a,b": ranks 0 and 1 on host a).
+CommandResult across_hosts(const std::string& hosts, std::vector<std::string> program) {
+  std::vector<std::string> argv = {SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
+                                   "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
+                                   "lo", "--timeout", "100", "-n", std::to_string(count(hosts)),
+                                   "-x", "SHMDIST_TEST_HOSTS=" + hosts, SHMDIST_TEST_HOST_WRAPPER};
+  argv.insert(argv.end(), program.begin(), program.end());
+  CommandOptions options;
+  options.timeout = std::chrono::seconds(120);
+  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+  return run_command(argv, options);
+}
+
+const std::vector<std::string> kLayouts = {"a,b", "a,a,b", "a,b,b,a", "a,b,c", "a,b,b,c,c,c"};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(across_hosts_suite, shmdist::test::ShmLeakCheck)
+
+BOOST_AUTO_TEST_CASE(behaviour_suite_on_2_and_3_hosts) {
+  for (const auto& hosts : kLayouts) {
+    const auto r = across_hosts(hosts, {SHMDIST_TEST_HOSTS_CHECK, "all"});
+    BOOST_TEST_CONTEXT("hosts " << hosts << ", stderr: " << r.err) {
+      BOOST_TEST(r.exit_code == 0);
+      BOOST_TEST(r.out == "OK\n");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(seed_examples_print_exactly_the_seed_lines) {
+  const auto r1 = across_hosts("a,b", {examples_dir() + "/seed1_send_recv"});
+  BOOST_TEST(r1.exit_code == 0, r1.err);
+  BOOST_TEST(r1.out == "Received from 0: tensor([10, 20, 30, 40])\n");
+  BOOST_TEST(r1.err == "");
+  // The receiver shares a host with one sender and not with the other.
+  for (const std::string hosts : {"a,b,b", "a,b,a"}) {
+    const auto r2 = across_hosts(hosts, {examples_dir() + "/seed2_any_source"});
+    BOOST_TEST_CONTEXT("hosts " << hosts) {
+      BOOST_TEST(r2.exit_code == 0, r2.err);
+      const bool from0 = r2.out == "Received from 0: tensor([1, 2, 3])\n";
+      const bool from1 = r2.out == "Received from 1: tensor([4, 5, 6])\n";
+      BOOST_TEST((from0 || from1), r2.out);
+      BOOST_TEST(r2.err == "shmdist: rank 2: 1 message from rank " + std::string(from0 ? "1" : "0") +
+                               " arrived and was never received (tag 0, 24 bytes)\n");
+    }
+  }
+  const auto r3 = across_hosts("a,b", {examples_dir() + "/seed3_subgroup"});
+  BOOST_TEST(r3.exit_code == 0, r3.err);
+  BOOST_TEST(r3.out == "From 0 in subgroup: tensor([7., 8., 9.])\n");
+  BOOST_TEST(r3.err == "");
+}
+
+// A rank on another host dies by SIGKILL while the others wait for it: the job ends (mpirun
+// kills the rest), saying which rank died and on which node.
+BOOST_AUTO_TEST_CASE(a_rank_dying_on_another_host_ends_the_job_naming_it) {
+  const auto r = across_hosts("a,a,b", {SHMDIST_TEST_HOSTS_CHECK, "kill"});
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code != 0);
+  BOOST_TEST(r.err.find("rank 2") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("on node") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("signal 9") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("received from a killed rank") == std::string::npos, r.err);
+}
+
+// A receive from a rank on another host that never sends still times out saying what it
+// waited for.
+BOOST_AUTO_TEST_CASE(timeout_says_what_the_rank_was_blocked_on) {
+  const auto r = across_hosts("a,b", {SHMDIST_TEST_HOSTS_CHECK, "timeout"});
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out.find("TIMEOUT recv from rank 1 (tag 5, world group) on rank 0 timed out") !=
+                 std::string::npos,
+             r.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
