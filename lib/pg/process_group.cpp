@@ -55,7 +55,10 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
   const auto spin =
       wait::SpinPolicy::for_job(config.spin_us, config.local_cpus, config.health_check);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
-  world_lane = std::make_unique<coll::ShmLane>(segment, rank);
+  // The world group's collectives use the segment's lane only when the segment holds the
+  // whole world (one host); a job across hosts runs them over point-to-point, whose
+  // transports route each peer (same host: shared memory, other hosts: MPI).
+  if (segment->world_size() == world) world_lane = std::make_unique<coll::ShmLane>(segment, r);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);

@@ -31,7 +31,10 @@ CommandResult across_hosts(const std::string& hosts, std::vector<std::string> pr
   return run_command(argv, options);
 }
 
-const std::vector<std::string> kLayouts = {"a,b", "a,a,b", "a,b,b,a", "a,b,c", "a,b,b,c,c,c"};
+// 2 and 3 hosts of 1 to 3 ranks, hosts interleaved or not; and one host named explicitly
+// (routing with no remote peer; the world's collectives take the segment's lane).
+const std::vector<std::string> kLayouts = {"a,b", "a,a,b", "a,b,b,a", "a,b,c", "a,b,b,c,c,c",
+                                           "a,a,a"};
 
 }  // namespace
 
@@ -45,6 +48,18 @@ BOOST_AUTO_TEST_CASE(behaviour_suite_on_2_and_3_hosts) {
       BOOST_TEST(r.out == "OK\n");
     }
   }
+}
+
+// The same checks under a plain mpirun on one host: shared memory only (MPI not initialised).
+BOOST_AUTO_TEST_CASE(behaviour_suite_on_one_host_without_host_ids) {
+  CommandOptions options;
+  options.timeout = std::chrono::seconds(120);
+  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+  const auto r = run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
+                              "--timeout", "100", "-n", "3", SHMDIST_TEST_HOSTS_CHECK, "all"},
+                             options);
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out == "OK\n");
 }
 
 BOOST_AUTO_TEST_CASE(seed_examples_print_exactly_the_seed_lines) {
