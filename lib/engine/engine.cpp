@@ -39,7 +39,7 @@ Engine::~Engine() {
   for (Inflight& f : inflight_)
     if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, gone);
   for (auto& queue : send_queues_)
-    for (Operation* op : queue) fail_operation(*op, gone);
+    for (Operation* op : queue) drop_send(*op, gone);
   for (auto& task : tasks_) task->abandon(gone);
 }
 
@@ -97,7 +97,10 @@ void Engine::withdraw_send(Operation& op) {
   auto& queue = send_queues_[op.peer];
   auto it = std::find(queue.begin(), queue.end(), &op);
   if (it == queue.end()) return;
-  if (!op.out.started) {
+  // A single-copy offer is revoked, or (if the receiver is reading the buffer right now)
+  // waited for; the send may turn out complete.
+  if (op.out.started) transport_->release_outbound(op.peer, op.out);
+  if (!op.out.started || op.out.done()) {
     queue.erase(it);
     if (queue.empty()) std::erase(sending_to_, op.peer);
     return;
@@ -112,6 +115,14 @@ void Engine::withdraw_send(Operation& op) {
   orphan->out.next = orphan->owned_copy.get();
   orphan->keepalive = orphan;
   *it = orphan.get();
+}
+
+// A queued send fails without being withdrawn (the group ends): its memory may go away, so
+// the transport must stop referring to it first.
+void Engine::drop_send(Operation& op, std::exception_ptr e) {
+  if (op.kind == Operation::Kind::Send && op.out.started && !op.out.done())
+    transport_->release_outbound(op.peer, op.out);
+  fail_operation(op, std::move(e));
 }
 
 void Engine::finish_operation(Operation& op) {

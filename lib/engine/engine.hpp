@@ -151,6 +151,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void start_send(Operation& op);
   bool push_sends();
   void withdraw_send(Operation& op);
+  void drop_send(Operation& op, std::exception_ptr e);
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
 

@@ -101,7 +101,7 @@ void Engine::finalize(std::ostream& report) {
     fail_operation(op, gone);
   }
   for (auto& queue : send_queues_) {
-    for (Operation* op : queue) fail_operation(*op, gone);
+    for (Operation* op : queue) drop_send(*op, gone);
     queue.clear();
   }
   sending_to_.clear();
@@ -157,7 +157,7 @@ void Engine::abandon(Clock::duration flush_limit, bool mark, std::ostream& repor
   for (auto& queue : send_queues_) {
     for (Operation* op : queue) {
       unsent += op->kind == Operation::Kind::Send;
-      fail_operation(*op, gone);
+      drop_send(*op, gone);
     }
     queue.clear();
   }

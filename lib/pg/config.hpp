@@ -22,6 +22,10 @@ namespace shmdist::config {
 
 using wait::kDefaultHealthCheck;
 
+// Messages from this size on are read by the receiver straight from the sender's memory
+// (transport/single_copy.hpp) where that works; below it the ring's two copies cost less.
+inline constexpr std::uint64_t kDefaultSingleCopy = 64 * 1024;
+
 struct Config {
   // Set by shmrun for the ranks it starts (the launch protocol, not for users).
   std::optional<int> segment_fd;       // SHMDIST_SEGMENT_FD: the inherited segment descriptor
@@ -33,6 +37,8 @@ struct Config {
   std::chrono::milliseconds health_check = kDefaultHealthCheck;  // SHMDIST_HEALTH_CHECK_MS
   // SHMDIST_HANG_REPORT: the hang watchdog's interval (0 = off) for shmrun and launch().
   std::optional<std::chrono::milliseconds> hang_report;
+  // SHMDIST_SINGLE_COPY: the smallest message sent by single copy (0 = off).
+  std::uint64_t single_copy = kDefaultSingleCopy;
 };
 
 // One row of the table: what the README documents.

@@ -47,7 +47,7 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
     : segment(std::move(seg)), rank(r), segment_rank(r), world(segment->world_size()), timeout(t),
       supervised(is_supervised) {
   auto shm = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
-                                                       config.health_check);
+                                                       config.health_check, config.single_copy);
   std::unique_ptr<transport::Transport> transport =
       wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
   rank = transport->rank();

@@ -23,7 +23,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -158,6 +158,10 @@ struct RingControl {
   // Written by the producer only: bytes published so far. Diagnostics (ring fill level) only:
   // the consumer finds records through their stamps, never through this.
   alignas(kLine) std::atomic<std::uint64_t> head_hint;
+  // The single-copy offer of this ring's producer (transport/single_copy.hpp): the offer's id
+  // and state in one word, moved by both sides (the producer posts and revokes, the consumer
+  // claims and completes). Touched once or twice per large message, so it shares the line.
+  std::atomic<std::uint64_t> offer_state;
 };
 static_assert(sizeof(RingControl) == 2 * kLine);
 

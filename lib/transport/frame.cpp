@@ -19,6 +19,8 @@ void reject_header(const MessageHeader& raw, std::uint64_t record_length, int sr
   if (raw.dtype >= kNumDTypes)
     corrupt(src, "dtype code " + std::to_string(raw.dtype) + ", expected 0.." +
                      std::to_string(kNumDTypes - 1));
+  if (raw.flags > kFrameOffer)
+    corrupt(src, "frame flags " + std::to_string(raw.flags) + ", expected 0 or 1 (offer)");
   if (raw.tag < 0) corrupt(src, "negative tag " + std::to_string(raw.tag));
   if (raw.channel > kInternalChannel) corrupt(src, "channel " + std::to_string(raw.channel));
   const auto dtype = static_cast<DType>(raw.dtype);

@@ -22,12 +22,16 @@ struct MessageHeader {
   std::int32_t tag;
   std::uint8_t dtype;       // DType code
   std::uint8_t channel;     // 0 = user messages, 1 = the library's own (barrier), never mixed
-  std::uint16_t reserved1;
+  std::uint16_t flags;      // 0, or kFrameOffer
   std::uint64_t numel;
   std::uint64_t nbytes;
   friend bool operator==(const MessageHeader&, const MessageHeader&) = default;
 };
 static_assert(sizeof(MessageHeader) == 32);
+
+// MessageHeader::flags. kFrameOffer: the record carries no payload but an offer to read it
+// from the sender's memory (transport/single_copy.hpp), or, if revoked, Continuations follow.
+inline constexpr std::uint16_t kFrameOffer = 1;
 
 // Largest message the protocol accepts (1 TiB): a bigger nbytes can only come from corruption.
 inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
@@ -54,6 +58,7 @@ inline MessageHeader encode_header(const Envelope& env) {
 inline Envelope decode_header(const MessageHeader& raw, std::uint64_t record_length, int src) {
   // numel <= 2^40 and element sizes <= 8 keep the product far from overflow.
   const bool ok = record_length >= sizeof(MessageHeader) && raw.dtype < kNumDTypes &&
+                  raw.flags <= kFrameOffer &&
                   raw.tag >= 0 && raw.channel <= kInternalChannel &&
                   raw.nbytes <= kMaxMessageBytes && raw.numel <= kMaxMessageBytes &&
                   raw.numel * detail::kDTypeSize[raw.dtype] == raw.nbytes &&

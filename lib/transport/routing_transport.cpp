@@ -85,6 +85,12 @@ bool RoutingTransport::send_some(int dst, OutboundMessage& msg) {
   return l >= 0 ? local_->send_some(l, msg) : remote_->send_some(dst, msg);
 }
 
+// Single copy exists only between shared-memory peers; the remote side has no offers.
+void RoutingTransport::release_outbound(int dst, OutboundMessage& msg) {
+  const int l = local(dst);
+  if (l >= 0) local_->release_outbound(l, msg);
+}
+
 void RoutingTransport::flush() {
   local_->flush();
   if (has_remote_peers_) remote_->flush();

@@ -36,6 +36,7 @@ class RoutingTransport final : public Transport {
   DirectResult receive_direct(int src, const Expectation& want) override;
   int receive_direct_any(const Expectation& want, DirectResult& result) override;
   bool send_some(int dst, OutboundMessage& msg) override;
+  void release_outbound(int dst, OutboundMessage& msg) override;
   void flush() override;
   bool inbound_in_progress(int src) const override;
   bool inbound_pending(int src) const override;

@@ -44,7 +44,8 @@ void prefault(std::byte* data, std::uint64_t size) {
 }  // namespace
 
 ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
-                           std::chrono::milliseconds liveness_interval)
+                           std::chrono::milliseconds liveness_interval,
+                           std::uint64_t single_copy_threshold)
     : segment_(std::move(segment)),
       rank_(rank),
       supervised_(supervised),
@@ -56,7 +57,8 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
       inbound_(world_),
       pidfds_(world_, -1),
       dead_(world_, false),
-      liveness_interval_(liveness_interval) {
+      liveness_interval_(liveness_interval),
+      single_copy_(single_copy_threshold, segment_->header().flags & segment::kThreadMode, world_) {
   for (int peer = 0; peer < world_; ++peer)
     if (peer != rank_) peers_.push_back(peer);
   const std::uint64_t ring_size = segment_->ring_size();
@@ -212,6 +214,8 @@ void ShmTransport::clear_hint_if_empty(int src) {
 }
 
 bool ShmTransport::drain(int src, InboundHandler& handler) {
+  if (!inbound_[src].failure.empty()) [[unlikely]]
+    throw PeerFailure(inbound_[src].failure);
   ring::RingConsumer& consumer = consumers_[src];
   int taken = 0;
   while (taken < kRecordsPerRingPerPoll) {
@@ -241,6 +245,8 @@ void ShmTransport::consume_record(int src, const ring::RecordHeader& rec_in_ring
     MessageHeader raw;
     std::memcpy(&raw, consumer.payload_prefix(), sizeof raw);  // within the first 64 bytes
     const Envelope env = decode_header(raw, rec.length, src);
+    if (raw.flags & kFrameOffer) [[unlikely]]
+      return take_offer(src, rec, env, handler);
     InboundSink* sink = handler.on_message_start(env);  // may throw: record stays for later
     in.sink = sink;
     in.env = env;
@@ -333,6 +339,10 @@ void ShmTransport::flush() {
 
 bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
   ring::RingProducer& producer = producers_[dst];
+  if (msg.env.nbytes >= single_copy_.threshold()) [[unlikely]] {
+    const SingleCopy::Step step = advance_offer(dst, msg);
+    if (step != SingleCopy::Step::Stream) return step == SingleCopy::Step::Moved;
+  }
   // The common case first: the whole message fits in one record, and there is room now.
   if (!msg.started) {
     const std::size_t total = sizeof(MessageHeader) + msg.env.nbytes;
@@ -382,6 +392,10 @@ void ShmTransport::notify_receiver(int dst) {
     if (!(word.load(std::memory_order_relaxed) & bit))
       word.fetch_or(bit, std::memory_order_relaxed);
   });
+}
+
+void ShmTransport::wake_if_sleeping(int peer) {
+  notify_after_publishing(std::span<const int>(&peer, 1), [](RankControl&) {});
 }
 
 // ---- peers and job state --------------------------------------------------------------------

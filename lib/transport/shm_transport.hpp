@@ -12,6 +12,7 @@
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 #include "transport/frame.hpp"
+#include "transport/single_copy.hpp"
 #include "transport/transport.hpp"
 #include "wait/doorbell.hpp"
 #include "wait/spin.hpp"
@@ -23,9 +24,11 @@ class ShmTransport final : public Transport {
   // Joins `segment` as `rank` (marks it running with this process's pid). `supervised`: a
   // launcher (shmrun, launch()) records how every rank ends, so peers' processes need not be
   // watched; ranks of foreign launchers watch them themselves, polling their processes at
-  // most once per `liveness_interval` (the job's health-check interval).
+  // most once per `liveness_interval` (the job's health-check interval). Messages of at least
+  // `single_copy_threshold` bytes are offered for a single copy (0: never; shm_offers.cpp).
   ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
-               std::chrono::milliseconds liveness_interval = wait::kDefaultHealthCheck);
+               std::chrono::milliseconds liveness_interval = wait::kDefaultHealthCheck,
+               std::uint64_t single_copy_threshold = 0);
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
@@ -35,6 +38,7 @@ class ShmTransport final : public Transport {
   DirectResult receive_direct(int src, const Expectation& want) override;
   int receive_direct_any(const Expectation& want, DirectResult& result) override;
   bool send_some(int dst, OutboundMessage& msg) override;
+  void release_outbound(int dst, OutboundMessage& msg) override;
   void flush() override;
   bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }
   bool inbound_pending(int src) const override { return consumers_[src].peek() != nullptr; }
@@ -64,6 +68,7 @@ class ShmTransport final : public Transport {
     bool in_message = false;
     bool dirty = false;             // consumed records whose space is not yet published
     std::uint32_t empty_polls = 0;  // consecutive hinted polls that found nothing
+    std::string failure;            // a single copy from this source failed: its stream is over
   };
 
   void check_fresh_rings() const;
@@ -72,6 +77,11 @@ class ShmTransport final : public Transport {
   bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
   void clear_hint_if_empty(int src);
   void notify_receiver(int dst);
+  void wake_if_sleeping(int peer);  // after publishing something `peer` may wait for
+  // shm_offers.cpp: single copy (transport/single_copy.hpp).
+  void take_offer(int src, const ring::RecordHeader& rec, const Envelope& env,
+                  InboundHandler& handler);
+  SingleCopy::Step advance_offer(int dst, OutboundMessage& msg);
   template <class BeforeLook>
   void notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look);
   bool peer_alive(int peer);
@@ -93,6 +103,7 @@ class ShmTransport final : public Transport {
   std::chrono::steady_clock::time_point next_liveness_check_{};
   std::size_t chunk_;                          // largest payload per record
   int cursor_ = 0;                             // where the next hinted scan starts
+  SingleCopy single_copy_;
 };
 
 }  // namespace shmdist::transport

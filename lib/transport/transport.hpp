@@ -39,6 +39,7 @@ struct OutboundMessage {
   const std::byte* next = nullptr;  // the first byte not yet sent
   std::uint64_t sent = 0;
   bool started = false;
+  std::uint64_t offer = 0;  // a single-copy offer the receiver may still read `next` for
   bool done() const { return started && sent == env.nbytes; }
 };
 
@@ -93,6 +94,13 @@ class Transport {
   virtual int receive_direct_any(const Expectation& want, DirectResult& result) = 0;
   // Streams as much of `msg` to `dst` as the ring takes now. Returns true if anything moved.
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
+  // The memory `msg` reads from is about to go away although `msg` is not done (its send
+  // gave up): afterwards the transport refers to it only through msg.next and msg.sent (a
+  // single-copy offer is revoked, or waited for while the receiver is reading it).
+  virtual void release_outbound(int dst, OutboundMessage& msg) {
+    (void)dst;
+    (void)msg;
+  }
   // Makes consumed space visible to producers and wakes those waiting for it.
   virtual void flush() = 0;
   // Whether a message from `src` is partly received (its sender still owes bytes).

@@ -50,6 +50,8 @@ BOOST_AUTO_TEST_CASE(nothing_set_gives_the_defaults) {
   BOOST_TEST(c.health_check.count() == config::kDefaultHealthCheck.count());
   BOOST_TEST(!c.hang_report);
   BOOST_TEST(config::kDefaultHealthCheck.count() == 100);
+  BOOST_TEST(c.single_copy == config::kDefaultSingleCopy);
+  BOOST_TEST(config::kDefaultSingleCopy == 65536u);
 }
 
 BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
@@ -59,7 +61,8 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
                                  {"SHMDIST_SPIN_US", "0"},
                                  {"SHMDIST_LOCAL_CPUS", "3"},
                                  {"SHMDIST_HEALTH_CHECK_MS", "3600000"},
-                                 {"SHMDIST_HANG_REPORT", "1.5s"}});
+                                 {"SHMDIST_HANG_REPORT", "1.5s"},
+                                 {"SHMDIST_SINGLE_COPY", "1M"}});
   BOOST_TEST(c.segment_fd.value_or(-1) == 7);
   BOOST_TEST(c.job_key.value_or("") == "00112233445566ff");
   BOOST_TEST(c.ring_size.value_or(0) == 65536u);
@@ -67,6 +70,10 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
   BOOST_TEST(c.local_cpus.value_or(-1) == 3);
   BOOST_TEST(c.health_check.count() == 3600000);
   BOOST_TEST(c.hang_report.value_or(std::chrono::milliseconds(-1)).count() == 1500);
+  BOOST_TEST(c.single_copy == 1048576u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "off"}}).single_copy == 0u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "0"}}).single_copy == 0u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "4096"}}).single_copy == 4096u);
   const auto off = read({{"SHMDIST_HANG_REPORT", "0"}}).hang_report;
   BOOST_TEST(off.value_or(std::chrono::milliseconds(-1)).count() == 0);
 }
@@ -88,6 +95,9 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_variable_and_the_range) {
   refused({{"SHMDIST_HANG_REPORT", "soon"}},
           {"SHMDIST_HANG_REPORT = 'soon' is not a duration", "30s", "or 0 to switch"});
   refused({{"SHMDIST_HANG_REPORT", "-1s"}}, {"SHMDIST_HANG_REPORT = '-1s'"});
+  refused({{"SHMDIST_SINGLE_COPY", "1K"}}, {"SHMDIST_SINGLE_COPY='1K' is out of range", "4K to 1G"});
+  refused({{"SHMDIST_SINGLE_COPY", "2G"}}, {"SHMDIST_SINGLE_COPY='2G' is out of range", "off"});
+  refused({{"SHMDIST_SINGLE_COPY", "on"}}, {"SHMDIST_SINGLE_COPY = 'on' is not a byte size"});
 }
 
 BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
@@ -96,7 +106,7 @@ BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
     BOOST_TEST(std::string(v.name).rfind("SHMDIST_", 0) == 0u, v.name);
     ++seen[v.name];
   }
-  BOOST_TEST(seen.size() == 7u);
+  BOOST_TEST(seen.size() == 8u);
   for (const auto& [name, n] : seen) BOOST_TEST(n == 1, name);
 }
 
