@@ -47,6 +47,9 @@ ProgressSample sample_progress(const segment::Segment& seg, const std::vector<in
       if (p == r) continue;
       h = mix(h, seg.ring_control(p, r).tail.load(std::memory_order_relaxed));
       h = mix(h, seg.ring_control(r, p).head_hint.load(std::memory_order_relaxed));
+      // Single-copy offers: r claims and completes those into it, posts those out of it.
+      h = mix(h, seg.ring_control(p, r).offer_state.load(std::memory_order_relaxed));
+      h = mix(h, seg.ring_control(r, p).offer_state.load(std::memory_order_relaxed));
     }
     s.signature[r] = h;
     const int pid = r < static_cast<int>(pids.size()) && pids[r] > 0

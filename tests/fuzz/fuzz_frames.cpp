@@ -18,6 +18,9 @@
 //      tail (8 bytes) or one near the real one (1 byte: signed multiple of 8), or the peer
 //      scribbles 8 bytes into the ring (2 + 8 bytes: offset, bytes). Covers the producer
 //      path (writable's tail reload, publish with wrap) and the consumer over rewritten data.
+//      Rank 1 offers messages of 4 KiB and more for a single copy (transport/single_copy.hpp)
+//      when they do not fit the ring, so scribbles also hit offer records: descriptors with
+//      any length, id, pid and address, read with process_vm_readv of this process.
 //
 // Acceptable outcomes are returning normally or a shmdist::Error (PeerFailure, SetupError, or
 // the handler's refusal of a huge message). Anything else is a finding: a sanitizer report,
@@ -147,7 +150,8 @@ void fuzz_peer(const std::uint8_t* data, std::size_t size) {
   std::unique_ptr<transport::ShmTransport> producer, consumer;
   try {
     producer = std::make_unique<transport::ShmTransport>(seg, 1, /*supervised=*/true,
-                                                         config::kDefaultHealthCheck);
+                                                         config::kDefaultHealthCheck,
+                                                         /*single_copy_threshold=*/4096);
     consumer = std::make_unique<transport::ShmTransport>(seg, 0, /*supervised=*/true,
                                                          config::kDefaultHealthCheck);
   } catch (const SetupError&) {

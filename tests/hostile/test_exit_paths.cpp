@@ -58,6 +58,18 @@ BOOST_AUTO_TEST_CASE(clean_return_without_destroy_delivers_and_does_not_wait) {
   BOOST_TEST(contains(failures[0], "rank 1"));
 }
 
+// Returning 0 without destroy while a single-copy offer is outstanding (an isend of 4 MiB,
+// more than the ring, not waited for): the rank's end keeps the offer open for its flush
+// budget, so the receiver, which looks only after 0.3 s, still copies it whole.
+BOOST_AUTO_TEST_CASE(clean_return_with_an_outstanding_offer_delivers_it) {
+  const CommandResult r =
+      run_command(shmrun({"-n", "2", program("hostile_rank"), "leave_offer"}), clean_options(60s));
+  BOOST_TEST_INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(lines_starting(r.out, "OFFER_OK").size() == 1u);
+  BOOST_TEST(lines_starting(r.out, "OFFER_BAD").empty());
+}
+
 // Without a launcher (torchrun-style variables), the rank that returns 5 says so itself: the
 // survivor's PeerFailure names it and its exit code (a peer could only tell "gone" before).
 BOOST_AUTO_TEST_CASE(nonzero_return_without_destroy_is_named_without_a_launcher) {

@@ -8,6 +8,10 @@
 //   hostile_rank leave_clean         rank 1 sends its pid to rank 0 and returns 0 without
 //                                    destroy; rank 0 receives it, then waits (bounded) for rank 1's
 //                                    process to end: PEER_EXITED, or PEER_STILL_THERE.
+//   hostile_rank leave_offer         rank 1 sends 4 MiB (a single-copy offer: more than the ring)
+//                                    with isend and returns 0 without destroy; rank 0 waits
+//                                    0.3 s outside the library, then receives it: OFFER_OK, or
+//                                    OFFER_BAD what=... .
 //   hostile_rank spawn SETSID        every rank forks `sleep 77` (in a new session if SETSID is 1),
 //                                    says CHILD pid=P, joins, barrier, destroys, exits 0.
 //   hostile_rank stream MIB S        rank 0 sends tensors of MIB MiB to rank 1 for S seconds (a
@@ -62,6 +66,33 @@ int leave(int code, bool idle) {
     for (;;) pause();  // ended by the launcher only
   }
   return recv_expecting_failure(1);
+}
+
+int leave_offer() {
+  dist::init_process_group("shm");
+  ready();
+  constexpr std::int64_t kBytes = 4 << 20;
+  dist::Tensor t = dist::empty({kBytes}, dist::kUInt8);
+  if (dist::get_rank() == 1) {
+    for (std::int64_t i = 0; i < kBytes; ++i) t.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(i % 251);
+    dist::Work w = dist::isend(t, 0);
+    return 0;  // no destroy_process_group, no wait: the end of the rank flushes the send
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  try {
+    dist::recv(t, 1);
+  } catch (const std::exception& e) {
+    emit("OFFER_BAD what=" + one_line(e.what()));
+    return kExitUnexpected;
+  }
+  for (std::int64_t i = 0; i < kBytes; ++i)
+    if (t.data<std::uint8_t>()[i] != static_cast<std::uint8_t>(i % 251)) {
+      emit("OFFER_BAD what=byte " + std::to_string(i) + " differs");
+      return kExitUnexpected;
+    }
+  emit("OFFER_OK");
+  dist::destroy_process_group();
+  return 0;
 }
 
 int leave_clean() {
@@ -205,13 +236,14 @@ int main(int argc, char** argv) {
     if (mode == "leave" && argc == 3) return leave(std::atoi(argv[2]), false);
     if (mode == "leave_idle" && argc == 3) return leave(std::atoi(argv[2]), true);
     if (mode == "leave_clean") return leave_clean();
+    if (mode == "leave_offer") return leave_offer();
     if (mode == "spawn" && argc == 3) return spawn(std::atoi(argv[2]) == 1);
     if (mode == "stream" && argc == 4) return stream(std::atoi(argv[2]), std::atoi(argv[3]));
     if (mode == "wait_for_1") return wait_for_1();
     if (mode == "noinit") return noinit();
     if (mode == "reinit") return reinit();
     if (mode == "chatter" && argc == 3) return chatter(std::atoi(argv[2]));
-    emit_err("usage: hostile_rank leave CODE | leave_idle CODE | leave_clean | spawn 0|1 | "
+    emit_err("usage: hostile_rank leave CODE | leave_idle CODE | leave_clean | leave_offer | spawn 0|1 | "
              "stream MIB N | wait_for_1 | noinit | reinit | chatter KIB");
     return 2;
   });
