@@ -166,11 +166,14 @@ BOOST_AUTO_TEST_CASE(work_wait_timeout_and_is_completed) {
 
 // A Work keeps its tensor's storage alive: the caller drops its Tensor handle right after isend
 // / irecv and reuses the memory; the message still goes out intact (4 MiB, 64x the ring, so the
-// isend is certainly still pending when the handle goes) and the irecv still completes.
+// isend is certainly still pending when the handle goes) and the irecv still completes. Rank 1
+// enters the library only after rank 0 has checked and scribbled (a shared flag), so that a
+// single-copy offer (read from rank 0's memory by rank 1) is still open then too.
 BOOST_AUTO_TEST_CASE(work_keeps_storage_alive) {
   constexpr std::int64_t kBytes = 4 << 20;
   for (auto mode : all_modes()) {
-    expect_job_ok(2, [](dist::ProcessGroup& pg) {
+    SharedCounters scribbled(1);
+    expect_job_ok(2, [&scribbled](dist::ProcessGroup& pg) {
       if (pg.get_rank() == 0) {
         dist::Work s;
         {
@@ -182,6 +185,7 @@ BOOST_AUTO_TEST_CASE(work_keeps_storage_alive) {
         // Allocations of the same size may reuse freed memory; scribble over them.
         std::vector<dist::Tensor> junk;
         for (int i = 0; i < 4; ++i) junk.push_back(dist::full({kBytes}, 255.0, dist::kUInt8));
+        scribbled[0].store(1);
         pg.barrier();
         s.wait();
         dist::Work r;
@@ -193,6 +197,7 @@ BOOST_AUTO_TEST_CASE(work_keeps_storage_alive) {
         r.wait();
         RANK_REQUIRE_EQ(r.source_rank(), 1);
       } else {
+        scribbled.wait_at_least(0, 1);
         pg.barrier();
         dist::Tensor t = dist::zeros(kBytes, dist::kUInt8);
         RANK_REQUIRE_EQ(pg.recv(t, 0), 0);
