@@ -2,6 +2,8 @@
 
 #include <shmdist/errors.hpp>
 
+#include <algorithm>
+
 namespace shmdist::transport {
 
 RoutingTransport::RoutingTransport(int rank, std::vector<int> local_members,
@@ -48,17 +50,35 @@ bool RoutingTransport::poll_remote(InboundHandler& handler, int preferred, bool 
   return remote_->poll(handler, preferred >= 0 && local(preferred) < 0 ? preferred : -1, full_scan);
 }
 
+bool RoutingTransport::remote_due(bool preferred_remote, bool full_scan) {
+  if (!has_remote_peers_) return false;
+  if (preferred_remote || full_scan || remote_skip_left_ == 0) return true;
+  --remote_skip_left_;
+  return false;
+}
+
+void RoutingTransport::remote_looked(bool moved) {
+  remote_skip_ = moved ? 0 : std::clamp(remote_skip_ * 2, 1u, kMaxRemoteSkip);
+  remote_skip_left_ = remote_skip_;
+}
+
 bool RoutingTransport::poll(InboundHandler& handler, int preferred, bool full_scan) {
   // A preferred local peer keeps its fast path: the local transport looks at it first.
   const int pref_local = preferred >= 0 && local(preferred) >= 0 ? preferred : -1;
   const int pref_remote = preferred >= 0 && local(preferred) < 0 ? preferred : -1;
+  if (!remote_due(pref_remote >= 0, full_scan)) return poll_local(handler, pref_local, full_scan);
   remote_first_ = !remote_first_;
+  bool moved_remote = false;
+  bool moved_local = false;
   if (remote_first_) {
-    const bool moved = poll_remote(handler, pref_remote, full_scan);
-    return poll_local(handler, pref_local, full_scan) || moved;
+    moved_remote = poll_remote(handler, pref_remote, full_scan);
+    moved_local = poll_local(handler, pref_local, full_scan);
+  } else {
+    moved_local = poll_local(handler, pref_local, full_scan);
+    moved_remote = poll_remote(handler, pref_remote, full_scan);
   }
-  const bool moved = poll_local(handler, pref_local, full_scan);
-  return poll_remote(handler, pref_remote, full_scan) || moved;
+  remote_looked(moved_remote);
+  return moved_local || moved_remote;
 }
 
 DirectResult RoutingTransport::receive_direct(int src, const Expectation& want) {
@@ -67,12 +87,14 @@ DirectResult RoutingTransport::receive_direct(int src, const Expectation& want) 
 }
 
 int RoutingTransport::receive_direct_any(const Expectation& want, DirectResult& result) {
-  remote_first_ = !remote_first_;
+  const bool look_remote = remote_due(false, false);
+  if (look_remote) remote_first_ = !remote_first_;
   for (int pass = 0; pass < 2; ++pass) {
     const bool remote = (pass == 0) == remote_first_;
-    if (remote ? !has_remote_peers_ : !has_local_peers_) continue;
+    if (remote ? !look_remote : !has_local_peers_) continue;
     const int src = remote ? remote_->receive_direct_any(want, result)
                            : local_->receive_direct_any(want, result);
+    if (remote) remote_looked(result != DirectResult::Empty);
     if (result == DirectResult::Received) return remote ? src : global_of_[src];
     if (result == DirectResult::Other) return -1;
   }
@@ -109,6 +131,7 @@ bool RoutingTransport::inbound_pending(int src) const {
 void RoutingTransport::sleep(std::uint32_t token, std::chrono::nanoseconds timeout) {
   if (has_remote_peers_) timeout = std::min(timeout, remote_->poll_interval());
   local_->sleep(token, timeout);
+  remote_skip_left_ = 0;  // a sleeper looks at MPI on every wake-up
 }
 
 PeerState RoutingTransport::peer_state(int peer) {

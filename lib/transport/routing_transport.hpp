@@ -7,6 +7,14 @@
 // an any-source receive hears both. Order per (source, group, tag) holds because each source
 // is served by exactly one transport, which keeps its own per-source order.
 //
+// Cost: looking at MPI is not free (MPI_Iprobe runs Open MPI's progress engine: microseconds
+// over TCP), while a rank talking to local peers makes a progress call every few hundred
+// nanoseconds. So the remote side is looked at on every call only while it delivers; after a
+// look that found nothing it is skipped for 1, 2, 4, ... up to kMaxRemoteSkip calls. It is
+// looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
+// (before sleeping, at finalize) and after a sleep, so the remote side is never starved: an
+// any-source receive hears a remote message within kMaxRemoteSkip + 1 calls.
+//
 // Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
 // peers sleeps on the doorbell for at most the remote transport's poll interval (10 us
 // growing to 1 ms while nothing arrives) and polls MPI on every wake-up.
@@ -67,7 +75,13 @@ class RoutingTransport final : public Transport {
     const std::vector<int>& global_of_;
   };
 
+  static constexpr unsigned kMaxRemoteSkip = 32;
+
   int local(int global) const { return local_of_[global]; }
+  // Whether this call looks at the remote side (see "Cost" above); counts a skipped call.
+  bool remote_due(bool preferred_remote, bool full_scan);
+  // After a look at the remote side: whether it moved something sets the next skip.
+  void remote_looked(bool moved);
   bool poll_local(InboundHandler& handler, int preferred, bool full_scan);
   bool poll_remote(InboundHandler& handler, int preferred, bool full_scan);
 
@@ -81,6 +95,8 @@ class RoutingTransport final : public Transport {
   bool has_local_peers_;
   bool has_remote_peers_;
   bool remote_first_ = false;
+  unsigned remote_skip_ = 0;       // calls to skip after a look that found nothing
+  unsigned remote_skip_left_ = 0;  // calls left to skip before the next look
 };
 
 }  // namespace shmdist::transport
