@@ -56,7 +56,8 @@ inline Command parse_command_line(int argc, char** argv, const std::string& desc
     Test test;
   };
   const Entry entries[] = {
-      {"latency", "ping-pong, half the round trip in us (2 ranks)", Test::Latency},
+      {"latency", "ping-pong of ranks 0 and 1, half the round trip in us (2 ranks; others only "
+                  "join the barriers)", Test::Latency},
       {"bw", "window of isends then a 4-byte ack, MB/s with MB = 10^6 bytes (2 ranks)",
        Test::Bandwidth},
       {"bibw", "both ranks send a window at once, both directions counted (2 ranks)",

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,11 +93,18 @@ inline CpuSample cpu_sample() {
 }  // namespace detail
 
 // osu_latency: rank 0 sends and waits for the echo; half the round trip, averaged, in us.
+// Ranks beyond 0 and 1 are bystanders: they only join the barrier before each size (so that
+// the pair can be measured inside a larger job, e.g. two ranks of one host in a job that
+// spans hosts).
 template <Comm C>
 void run_latency(C& c, const Options& o) {
-  detail::require_ranks(c, 2, 2, "latency");
+  detail::require_ranks(c, 2, std::numeric_limits<int>::max(), "latency");
   const auto sizes = message_sizes(o, 0);
   const int me = c.rank(), peer = 1 - me;
+  if (me > 1) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) c.barrier();
+    return;
+  }
   AlignedBuffer sbuf(largest(sizes)), rbuf(largest(sizes));
   if (me == 0) {
     print_title(c.name(), "Latency", c.detail());

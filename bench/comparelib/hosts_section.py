@@ -1,0 +1,97 @@
+"""bench/compare's "2 hosts over TCP loopback" rows (issue 16): shmdist-bench under mpirun
+across 2 emulated hosts (SHMDIST_HOST_ID per rank through tests/mpi/with_host_id.sh) against
+the same loops over raw Open MPI (shmdist-mpi-bench), both with Open MPI forced onto TCP over
+loopback; and the intra-host latency of a pair inside a mixed job (2 hosts x 2 ranks) against
+the same pair in a job on one host. Standard library only."""
+import os
+
+from . import runner
+
+WRAPPER = os.path.join(runner.REPO_DIR, "tests", "mpi", "with_host_id.sh")
+BTL = ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]
+
+# (record test, bench test, transport, emulated hosts by rank)
+RUNS = [
+    ("xhost_latency", "latency", "shmdist", "a,b"),
+    ("xhost_latency", "latency", "ompi-tcp", None),
+    ("xhost_bw", "bw", "shmdist", "a,b"),
+    ("xhost_bw", "bw", "ompi-tcp", None),
+    ("intra_latency", "latency", "mixed", "a,a,b,b"),
+    ("intra_latency", "latency", "single", "a,a"),
+]
+
+
+def options(quick):
+    if quick:
+        return {"latency": {"max-size": 8, "iterations": 200, "warmup": 20},
+                "bw": {"min-size": 1 << 20, "max-size": 1 << 20, "iterations": 5, "warmup": 1}}
+    return {"latency": {"max-size": 1 << 16}, "bw": {}}  # OSU defaults otherwise
+
+
+def command(tools, test, transport, hosts, opts, bind):
+    nproc = len(hosts.split(",")) if hosts else 2
+    cmd = [tools.mpirun, "--allow-run-as-root", "-n", str(nproc)] + BTL
+    # The mixed job has 4 ranks on this machine's CPUs: never bound.
+    cmd += ["--bind-to", "core"] if bind and nproc <= (os.cpu_count() or 1) else \
+        ["--bind-to", "none", "--oversubscribe"]
+    if transport == "ompi-tcp":
+        return cmd + [tools.mpi_bench, test] + runner._opts(opts)
+    return cmd + ["-x", "SHMDIST_TEST_HOSTS=" + hosts, WRAPPER, tools.bench, test] + \
+        runner._opts(opts)
+
+
+def run(session, rounds, quick):
+    """Runs every row `rounds` times, interleaved (the order rotating between rounds)."""
+    tools = session.tools
+    if not tools.mpi_bench:
+        session.log("2 hosts over TCP loopback skipped: no Open MPI (see the notes)")
+        return
+    opts = options(quick)
+    for rnd in range(rounds):
+        order = RUNS[rnd % len(RUNS):] + RUNS[:rnd % len(RUNS)]
+        for record_test, test, transport, hosts in order:
+            res = session.execute(
+                "%s %s %s (round %d)" % (record_test, transport, hosts or "", rnd + 1),
+                command(tools, test, transport, hosts, opts[test], session.args.bind == "core"))
+            metric, unit = ("latency_us", "us") if test == "latency" else ("bandwidth_mbs", "MB/s")
+            nproc = len(hosts.split(",")) if hosts else 2
+            for size, vals in sorted(runner.parse_rows(res.stdout).items()):
+                if vals:
+                    session.record(rnd + 1, record_test, transport, nproc, size, metric, vals[0],
+                                   unit)
+
+
+def text(report):
+    """The report's lines for these rows (none if they did not run)."""
+    out = []
+    tables = [
+        ("xhost_latency", "latency_us", "shmdist", "ompi-tcp",
+         "Cross-host latency, 2 hosts over TCP loopback, us (ratio shmdist / Open MPI; target "
+         "at 8 B: at most 1.10)", 8),
+        ("xhost_bw", "bandwidth_mbs", "shmdist", "ompi-tcp",
+         "Cross-host bandwidth, 2 hosts over TCP loopback, MB/s (ratio shmdist / Open MPI; "
+         "target at 1 MiB: at least 0.95)", 1 << 20),
+        ("intra_latency", "latency_us", "mixed", "single",
+         "Intra-host latency of ranks 0 and 1 (host a) in a job of 2 hosts x 2 ranks against a "
+         "job of those 2 ranks alone (over the same mpirun), us (ratio mixed / single; target "
+         "at 8 B: at most 1.10)", 8),
+    ]
+    for test, metric, mine, theirs, title, target_size in tables:
+        sizes = report.sizes(test, metric)
+        if not sizes:
+            continue
+        out += ["", title, "%-10s%12s%12s%10s   state" % ("size", mine, theirs, "ratio")]
+        for size in sizes:
+            a = report.value(test, mine, metric, size)
+            b = report.value(test, theirs, metric, size)
+            ratio = a / b if a and b else None
+            mark = "  <- target" if size == target_size else ""
+            out.append("%-10d%s%s%s   %s%s" % (size, runner_fmt(a, 12), runner_fmt(b, 12),
+                                               runner_fmt(ratio, 10, 3),
+                                               report.state(test, [mine, theirs], metric, size),
+                                               mark))
+    return out
+
+
+def runner_fmt(v, width, digits=2):
+    return ("%*.*f" % (width, digits, v)) if v is not None else "-".rjust(width)
