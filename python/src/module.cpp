@@ -11,6 +11,7 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
+#include "overhead.hpp"
 #include "pg/runtime_hooks.hpp"
 #include "process_group.hpp"
 #include "tensor_bridge.hpp"
@@ -130,5 +131,11 @@ PYBIND11_MODULE(_C, m) {
   // What every operation checks first (for tests: without CUDA, a CUDA tensor cannot even be
   // made, and torch's dispatcher routes other devices' tensors elsewhere).
   m.def("_check_tensor", &torch_backend::check_tensor, py::arg("tensor"), py::arg("op"));
+  // For bench/torch/overhead.py: send/recv loops in C++ (the GIL released throughout), and
+  // callgrind's counters.
+  m.def("_cxx_loop", &torch_backend::cxx_loop, py::arg("group"), py::arg("path"),
+        py::arg("pattern"), py::arg("tensor"), py::arg("peer"), py::arg("iterations"),
+        py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>());
+  m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
   m.attr("__version__") = kVersionString;
 }

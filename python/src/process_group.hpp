@@ -39,6 +39,7 @@ class ProcessGroupShm : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "shm"; }
   const std::vector<int>& members() const { return members_; }
+  const Group& group() const { return group_; }
   const std::shared_ptr<Job>& job() const { return job_; }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,

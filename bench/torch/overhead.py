@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""Where the time of a torch.distributed call goes: the same 8-byte ping-pong between two
+ranks, timed along four paths in one process, rounds interleaved.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch/overhead.py
+        [--backends shm,gloo] [--size 8] [--iterations 20000] [--rounds 5]
+
+Paths, each a half round trip in us (one send on one rank, the matching recv on the other):
+  dist     dist.send / dist.recv (torch's Python layer, distributed_c10d.py, then as below)
+  method   group.send([t], peer, tag).wait() on the ProcessGroup object (torch's pybind
+           bindings, its dispatcher and the backend; skips distributed_c10d.py)
+  c10d     the same calls in C++ (c10d::ProcessGroup::send/recv + Work::wait): the backend
+           alone, without Python (any backend; gloo too)
+  shmdist  shmdist's own blocking send/recv in C++ ("shm" only)
+Then the differences: torch's Python layer (dist - method), torch's binding layer (method -
+c10d), the backend's c10d adapter (c10d - shmdist) and the total Python-level overhead over
+the C++ call (dist - c10d). Each figure is the median over the rounds.
+"""
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TAG = 7
+
+
+def make_paths(args, dist, group, t, peer):
+    """{path: run(pattern, n)} for the patterns "pingpong", "send" and "recv"."""
+    from shmdist import _C  # the C++ loops (any backend's ProcessGroup)
+    me = dist.get_rank()
+
+    def steps(pattern):
+        if pattern == "pingpong":
+            return ("send", "recv") if me == 0 else ("recv", "send")
+        return (pattern,)
+
+    def py_dist(pattern, n):
+        ops = [(dist.send if s == "send" else dist.recv) for s in steps(pattern)]
+        start = time.perf_counter()
+        for _ in range(n):
+            for op in ops:
+                op(t, peer, tag=TAG)
+        return time.perf_counter() - start
+
+    def py_method(pattern, n):
+        ts = [t]
+        ops = [(group.send if s == "send" else group.recv) for s in steps(pattern)]
+        start = time.perf_counter()
+        for _ in range(n):
+            for op in ops:
+                op(ts, peer, TAG).wait()
+        return time.perf_counter() - start
+
+    paths = {"dist": py_dist, "method": py_method,
+             "c10d": lambda pattern, n: _C._cxx_loop(group, "c10d", pattern, t, peer, n, TAG)}
+    if args.backend == "shm":
+        paths["shmdist"] = lambda pattern, n: _C._cxx_loop(group, "shmdist", pattern, t, peer,
+                                                           n, TAG)
+    return paths
+
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    if args.backend == "shm":
+        import shmdist.torch  # noqa: F401
+    from shmdist import _C
+    dist.init_process_group(backend=args.backend)
+    me = dist.get_rank()
+    group = dist.distributed_c10d._get_default_group()
+    t = torch.zeros(args.size, dtype=torch.uint8)
+    peer = 1 - me
+    paths = make_paths(args, dist, group, t, peer)
+    names = list(paths)
+    n = args.iterations
+    if args.count:
+        # Rank 0 runs under callgrind, rank 1 natively (much faster): rank 0's sends always
+        # find room, and its receives find their messages already there (rank 1 sends them,
+        # then a message on another tag that rank 0 awaits before counting), so no count
+        # includes waiting. Each path runs once uncounted first (lazy symbol binding, caches).
+        other = torch.zeros(args.size, dtype=torch.uint8)
+        go = torch.zeros(1, dtype=torch.uint8)
+        for counted in (False, True):
+            for name in names:
+                for pattern in ("send", "recv"):
+                    dist.barrier()
+                    if me == 0:
+                        if pattern == "recv":
+                            dist.recv(go, peer, tag=TAG + 1)
+                        if counted:
+                            _C._callgrind("zero")
+                        paths[name](pattern, n)
+                        if counted:
+                            _C._callgrind(f"{name}-{pattern}")
+                    else:
+                        for _ in range(n):
+                            if pattern == "send":
+                                dist.recv(other, peer, tag=TAG)
+                            else:
+                                dist.send(other, peer, tag=TAG)
+                        if pattern == "recv":
+                            dist.send(go, peer, tag=TAG + 1)
+    else:
+        figures = {p: [] for p in paths}
+        for rnd in range(args.rounds + 1):  # round 0 warms up
+            for i in range(len(names)):
+                name = names[(i + rnd) % len(names)]  # rotate the order between rounds
+                dist.barrier()
+                seconds = paths[name]("pingpong", n)
+                if rnd:
+                    figures[name].append(seconds * 1e6 / (2 * n))
+        if me == 0:
+            for name in names:
+                print(f"{name} {statistics.median(figures[name]):.4f}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_backend(args, backend):
+    port = str(free_port())
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend,
+           "--size", str(args.size), "--iterations", str(args.iterations),
+           "--rounds", str(args.rounds)] + (["--count"] if args.count else [])
+    outdir = tempfile.mkdtemp(prefix="shmdist-overhead-") if args.count else None
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1")
+        for k in ("SHMDIST_SEGMENT_FD", "SHMDIST_SEGMENT", "SHMDIST_JOB_KEY"):
+            env.pop(k, None)
+        prefix = []
+        if args.count and r == 0:
+            prefix = ["valgrind", "--tool=callgrind", "--quiet",
+                      "--callgrind-out-file=" + os.path.join(outdir, "cg.%p")]
+        procs.append(subprocess.Popen(prefix + cmd, env=env, stdout=subprocess.PIPE, text=True))
+    try:
+        out = procs[0].communicate(timeout=args.timeout)[0]
+        codes = [procs[0].returncode] + [p.wait(timeout=args.timeout) for p in procs[1:]]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if any(codes):
+        sys.exit(f"overhead: backend {backend} failed (exit codes {codes})")
+    if args.count:
+        return read_counts(outdir, args.iterations, args.keep)
+    return {a: float(b) for a, b in (line.split() for line in out.splitlines() if line.strip())}
+
+
+REQUEST = "desc: Trigger: Client Request: "
+
+
+def read_counts(outdir, iterations, keep):
+    """{path: instructions per operation (average of its send and its recv)} from the dumps
+    callgrind wrote at each _C._callgrind("<path>-<send|recv>")."""
+    per = {}
+    for name in os.listdir(outdir):
+        trigger, total = None, None
+        with open(os.path.join(outdir, name)) as f:
+            for line in f:
+                if line.startswith(REQUEST):
+                    trigger = line[len(REQUEST):].strip()
+                elif line.startswith(("summary:", "totals:")):
+                    total = int(line.split()[1])
+        if trigger and total is not None:
+            path, _, pattern = trigger.rpartition("-")
+            per.setdefault(path, {})[pattern] = total / iterations
+        if not keep:
+            os.unlink(os.path.join(outdir, name))
+    if keep:
+        print(f"# callgrind's files (callgrind_annotate FILE): {outdir}", file=sys.stderr)
+    else:
+        os.rmdir(outdir)
+    return {p: (v.get("send", 0) + v.get("recv", 0)) / 2 for p, v in per.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default="shm,gloo", type=lambda s: s.split(","))
+    ap.add_argument("--size", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--count", action="store_true",
+                    help="instructions per operation under callgrind instead of time")
+    ap.add_argument("--keep", action="store_true",
+                    help="with --count: keep callgrind's files and print where they are")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+    try:
+        import torch  # noqa: F401
+        import shmdist.torch  # noqa: F401
+    except ImportError as e:
+        print(f"overhead: cannot import torch and shmdist.torch ({e}); build the backend and "
+              "set PYTHONPATH=<build>/python", file=sys.stderr)
+        return 3
+    if args.count:
+        print(f"# {args.size}-byte send and recv on rank 0 under callgrind: instructions per "
+              f"operation (mean of a send and a recv), {args.iterations} of each")
+    else:
+        print(f"# {args.size}-byte ping-pong, half a round trip in us, median of {args.rounds} "
+              f"interleaved rounds of {args.iterations}")
+    print(f"{'# backend':<10}{'dist':>10}{'method':>10}{'c10d':>10}{'shmdist':>10}"
+          f"{'py layer':>10}{'binding':>10}{'adapter':>10}{'over C++':>10}")
+    for backend in args.backends:
+        f = run_backend(args, backend)
+        core = f.get("shmdist")
+        row = [f["dist"], f["method"], f["c10d"], core, f["dist"] - f["method"],
+               f["method"] - f["c10d"], None if core is None else f["c10d"] - core,
+               f["dist"] - f["c10d"]]
+        print(f"{backend:<10}" + "".join(f"{'-':>10}" if v is None else (f"{v:>10.0f}" if args.count else f"{v:>10.3f}") for v in row),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
