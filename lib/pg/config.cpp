@@ -84,11 +84,18 @@ const std::array kVariables = {
                                   ", or 0 to switch the hang watchdog off");
                }
              }},
-    Variable{{"SHMDIST_SINGLE_COPY", "`off`, or a byte size from 4K to 1G (`64K`, `1M`, ...)", "64K",
+    Variable{{"SHMDIST_SINGLE_COPY", "`auto`, `off`, or a byte size from 4K to 1G (`64K`, `1M`, ...)",
+              "`auto`: 64K between threads of one process (`launch()`'s thread mode), off between "
+              "processes",
               "messages of at least this size between ranks of one host are copied once, by the "
-              "receiver straight from the sender's memory (`process_vm_readv`), where the start-up "
-              "probe and the receiver allow it, else streamed through the ring; `off` streams all"},
+              "receiver straight from the sender's memory (`process_vm_readv`; `memcpy` between "
+              "threads), where the start-up probe and the receiver allow it, else streamed through "
+              "the ring; `off` streams all"},
              [](Config& c, const char* name, const std::string& text) {
+               if (text == "auto") {
+                 c.single_copy.reset();
+                 return;
+               }
                if (text == "off" || text == "0") {
                  c.single_copy = 0;
                  return;
@@ -96,8 +103,8 @@ const std::array kVariables = {
                const std::uint64_t size = segment::parse_byte_size(text, name);
                if (size < 4096 || size > (std::uint64_t{1} << 30))
                  throw SetupError("environment variable " + std::string(name) + "='" + text +
-                                  "' is out of range: expected off, or a byte size from 4K to "
-                                  "1G (the smallest message sent by single copy)");
+                                  "' is out of range: expected auto, off, or a byte size from "
+                                  "4K to 1G (the smallest message sent by single copy)");
                c.single_copy = size;
              }},
 };

@@ -22,8 +22,11 @@ namespace shmdist::config {
 
 using wait::kDefaultHealthCheck;
 
-// Messages from this size on are read by the receiver straight from the sender's memory
-// (transport/single_copy.hpp) where that works; below it the ring's two copies cost less.
+// SHMDIST_SINGLE_COPY=auto: between threads of one process (a memcpy), messages from this size
+// on are read by the receiver straight from the sender's memory (transport/single_copy.hpp);
+// below it the ring's two copies cost less. Between processes auto is off: process_vm_readv
+// pins the sender's pages one by one and cost 2.7-3.5x a memcpy per byte on the VMs measured,
+// more than the ring's two copies (see the README); a size switches it on there too.
 inline constexpr std::uint64_t kDefaultSingleCopy = 64 * 1024;
 
 struct Config {
@@ -37,8 +40,8 @@ struct Config {
   std::chrono::milliseconds health_check = kDefaultHealthCheck;  // SHMDIST_HEALTH_CHECK_MS
   // SHMDIST_HANG_REPORT: the hang watchdog's interval (0 = off) for shmrun and launch().
   std::optional<std::chrono::milliseconds> hang_report;
-  // SHMDIST_SINGLE_COPY: the smallest message sent by single copy (0 = off).
-  std::uint64_t single_copy = kDefaultSingleCopy;
+  // SHMDIST_SINGLE_COPY: the smallest message sent by single copy (0 = off; unset = auto).
+  std::optional<std::uint64_t> single_copy;
 };
 
 // One row of the table: what the README documents.

@@ -46,8 +46,11 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
                          bool is_supervised, const detail::TransportWrap& wrap)
     : segment(std::move(seg)), rank(r), segment_rank(r), world(segment->world_size()), timeout(t),
       supervised(is_supervised) {
+  const bool threads = segment->header().flags & segment::kThreadMode;
+  const std::uint64_t single_copy =
+      config.single_copy.value_or(threads ? config::kDefaultSingleCopy : 0);
   auto shm = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
-                                                       config.health_check, config.single_copy);
+                                                       config.health_check, single_copy);
   std::unique_ptr<transport::Transport> transport =
       wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
   rank = transport->rank();

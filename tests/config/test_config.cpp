@@ -50,7 +50,7 @@ BOOST_AUTO_TEST_CASE(nothing_set_gives_the_defaults) {
   BOOST_TEST(c.health_check.count() == config::kDefaultHealthCheck.count());
   BOOST_TEST(!c.hang_report);
   BOOST_TEST(config::kDefaultHealthCheck.count() == 100);
-  BOOST_TEST(c.single_copy == config::kDefaultSingleCopy);
+  BOOST_TEST(!c.single_copy);  // auto
   BOOST_TEST(config::kDefaultSingleCopy == 65536u);
 }
 
@@ -70,10 +70,11 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
   BOOST_TEST(c.local_cpus.value_or(-1) == 3);
   BOOST_TEST(c.health_check.count() == 3600000);
   BOOST_TEST(c.hang_report.value_or(std::chrono::milliseconds(-1)).count() == 1500);
-  BOOST_TEST(c.single_copy == 1048576u);
-  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "off"}}).single_copy == 0u);
-  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "0"}}).single_copy == 0u);
-  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "4096"}}).single_copy == 4096u);
+  BOOST_TEST(c.single_copy.value_or(0) == 1048576u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "off"}}).single_copy.value_or(1) == 0u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "0"}}).single_copy.value_or(1) == 0u);
+  BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "4096"}}).single_copy.value_or(0) == 4096u);
+  BOOST_TEST(!read({{"SHMDIST_SINGLE_COPY", "auto"}}).single_copy);
   const auto off = read({{"SHMDIST_HANG_REPORT", "0"}}).hang_report;
   BOOST_TEST(off.value_or(std::chrono::milliseconds(-1)).count() == 0);
 }
@@ -95,7 +96,7 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_variable_and_the_range) {
   refused({{"SHMDIST_HANG_REPORT", "soon"}},
           {"SHMDIST_HANG_REPORT = 'soon' is not a duration", "30s", "or 0 to switch"});
   refused({{"SHMDIST_HANG_REPORT", "-1s"}}, {"SHMDIST_HANG_REPORT = '-1s'"});
-  refused({{"SHMDIST_SINGLE_COPY", "1K"}}, {"SHMDIST_SINGLE_COPY='1K' is out of range", "4K to 1G"});
+  refused({{"SHMDIST_SINGLE_COPY", "1K"}}, {"SHMDIST_SINGLE_COPY='1K' is out of range", "4K to 1G", "auto"});
   refused({{"SHMDIST_SINGLE_COPY", "2G"}}, {"SHMDIST_SINGLE_COPY='2G' is out of range", "off"});
   refused({{"SHMDIST_SINGLE_COPY", "on"}}, {"SHMDIST_SINGLE_COPY = 'on' is not a byte size"});
 }

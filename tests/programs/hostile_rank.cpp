@@ -69,6 +69,7 @@ int leave(int code, bool idle) {
 }
 
 int leave_offer() {
+  setenv("SHMDIST_SINGLE_COPY", "4K", 1);  // between processes it is off unless asked for
   dist::init_process_group("shm");
   ready();
   constexpr std::int64_t kBytes = 4 << 20;
