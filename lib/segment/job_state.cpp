@@ -110,7 +110,6 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
   }
   // Release: whoever sees Aborted also sees the failure fields written above.
   h.job_state.store(static_cast<std::uint32_t>(JobState::Aborted), std::memory_order_release);
-  h.abort_seq.fetch_add(1, std::memory_order_acq_rel);
   wake_all(seg);
   return first;
 }

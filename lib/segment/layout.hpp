@@ -80,10 +80,9 @@ struct SegmentHeader {
   std::atomic<std::uint32_t> failed_kind;               // EndKind
   std::atomic<std::int32_t> failed_code;
   std::atomic<std::uint32_t> attached;                  // ranks that attached so far
-  std::atomic<std::uint32_t> abort_seq;                 // bumped on every abort request
   std::atomic<std::uint32_t> sleeping;                  // ranks armed to sleep right now
   std::atomic<std::uint32_t> abort_reason;              // AbortReason, when no rank failed
-  char reserved2[kLine - 32];
+  char reserved2[kLine - 28];
 };
 static_assert(sizeof(SegmentHeader) == 2 * kLine);
 static_assert(alignof(SegmentHeader) == kLine);
@@ -144,8 +143,7 @@ struct RankControl {
   std::atomic<std::uint32_t> state;  // RankState
   std::atomic<std::uint32_t> end_kind;  // EndKind
   std::atomic<std::int32_t> end_code;
-  std::atomic<std::uint64_t> heartbeat_ns;  // last time the rank was seen alive (diagnostics)
-  char pad2[kLine - 24];
+  char pad2[kLine - 16];
   // Line 3: what the rank waits for (written only on the slow path, read by the launcher).
   alignas(kLine) BlockedOn blocked;
 };
