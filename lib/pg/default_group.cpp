@@ -38,6 +38,7 @@ ProcessGroup& current() {
 
 namespace detail {
 ProcessGroup* set_thread_default(ProcessGroup* pg) { return std::exchange(t_default, pg); }
+ProcessGroup& default_process_group() { return current(); }
 }  // namespace detail
 
 void init_process_group(const std::string& backend, const InitOptions& options) {

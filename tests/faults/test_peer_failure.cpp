@@ -118,7 +118,9 @@ BOOST_AUTO_TEST_CASE(shmrun_killed_with_sigkill_takes_every_rank_with_it) {
   // They were re-parented to us (subreaper): reap them, and see that PDEATHSIG ended them.
   for (const auto& [rank, pid] : pids) {
     const auto status = reap_within(pid, 5s);
-    if (status) BOOST_TEST((WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL));
+    BOOST_TEST((status && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL),
+               "rank " << rank << " (pid " << pid << ") "
+                       << (status ? "did not end by SIGKILL" : "was not reaped within 5 s"));
   }
   BOOST_TEST(no_new_shm_objects(shm_before));
 }

@@ -3,8 +3,9 @@
 //
 //   fault_rank die VICTIM HOW      HOW = exit:CODE or signal:NUMBER. After a barrier, every
 //                                  other rank blocks in recv (the lowest from VICTIM, the rest
-//                                  from any source); VICTIM waits a moment, says DYING and
-//                                  ends as told. The others must get PeerFailure: they print
+//                                  from any source); VICTIM waits until the segment's
+//                                  blocked-on records show every other rank blocked in
+//                                  recv, says DYING and ends as told. The others must get PeerFailure: they print
 //                                  it, destroy the group and exit 42.
 //   fault_rank hang                rank r receives from rank r+1 (mod n): a wait-for cycle.
 //                                  PeerFailure (the launcher's abort) -> exit 42.
@@ -20,6 +21,9 @@
 #include <string>
 #include <thread>
 
+#include "job/diagnosis.hpp"
+#include "pg/default_group.hpp"
+#include "pg/impl.hpp"
 #include "report.hpp"
 
 namespace dist = shmdist;
@@ -43,6 +47,21 @@ int caught(const dist::PeerFailure& e, bool destroy) {
   return kExitCaughtPeerFailure;
 }
 
+// Polls the blocked-on records of this rank's job until every other rank is blocked in recv
+// (they publish the record once they stop spinning and go to sleep). False after 30 s.
+bool others_blocked_in_recv() {
+  auto& impl = shmdist::detail::ProcessGroupAccess::impl(shmdist::detail::default_process_group());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    bool all = true;
+    for (const auto& r : shmdist::job::snapshot_ranks(*impl.segment))
+      if (r.rank != impl.segment_rank && r.op != shmdist::segment::kBlockedRecv) all = false;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 int die(int victim, const std::string& how) {
   dist::init_process_group("shm");
   say_ready();
@@ -50,7 +69,10 @@ int die(int victim, const std::string& how) {
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
   if (rank == victim) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the others block
+    if (!others_blocked_in_recv()) {
+      emit("ERROR type=setup what=the other ranks did not block in recv within 30 s");
+      return kExitOtherError;
+    }
     emit("DYING rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
          " t=" + std::to_string(steady_ns()));
     if (how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(how.substr(5)));
