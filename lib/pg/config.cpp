@@ -107,6 +107,20 @@ const std::array kVariables = {
                                   "4K to 1G (the smallest message sent by single copy)");
                c.single_copy = size;
              }},
+    Variable{{"SHMDIST_HOST_ID", "1 to 255 characters",
+              "unset: the kernel's boot id, else the host name",
+              "this rank's host identity in an mpirun job: ranks with equal ids share a segment "
+              "(this emulates hosts on one machine); setting it takes the multi-host path"},
+             [](Config& c, const char* name, const std::string& text) {
+               if (text.empty() || text.size() > 255)
+                 throw SetupError("environment variable " + std::string(name) + " is " +
+                                  (text.empty() ? std::string("empty")
+                                                : "too long (" + std::to_string(text.size()) +
+                                                      " characters)") +
+                                  ": expected 1 to 255 characters naming this rank's host "
+                                  "(ranks with equal ids share a segment)");
+               c.host_id = text;
+             }},
 };
 
 const std::array<VariableInfo, kVariables.size()> kInfos = [] {

@@ -42,6 +42,9 @@ struct Config {
   std::optional<std::chrono::milliseconds> hang_report;
   // SHMDIST_SINGLE_COPY: the smallest message sent by single copy (0 = off; unset = auto).
   std::optional<std::uint64_t> single_copy;
+  // SHMDIST_HOST_ID: this rank's host identity (ranks with equal ids share a segment); under
+  // mpirun, setting it also takes the multi-host path (pg/join_hosts.hpp).
+  std::optional<std::string> host_id;
 };
 
 // One row of the table: what the README documents.

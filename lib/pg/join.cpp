@@ -92,7 +92,7 @@ std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& opt
   // Foreign launchers: torchrun-style, Open MPI, PMI.
   if (env::get("OMPI_COMM_WORLD_RANK") || env::get("OMPI_COMM_WORLD_SIZE")) {
     const RankAndWorld rw = rank_and_world(options, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-    if (mpi_job_spans_hosts(rw.world))
+    if (mpi_job_spans_hosts(rw.world, config))
       return join_across_hosts(rw.rank, rw.world, options, config);
     return join_by_rendezvous(rw.rank, rw.world, mpi_job_id(), options, config);
   }

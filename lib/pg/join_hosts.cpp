@@ -14,14 +14,8 @@
 
 namespace shmdist::detail {
 
-std::string host_identity() {
-  if (auto id = env::get("SHMDIST_HOST_ID")) {
-    if (id->empty() || id->size() > 255)
-      throw SetupError("SHMDIST_HOST_ID is " + std::string(id->empty() ? "empty" : "too long") +
-                       ": expected 1 to 255 characters naming this rank's host (ranks with "
-                       "equal ids share a segment)");
-    return *id;
-  }
+std::string host_identity(const config::Config& config) {
+  if (config.host_id) return *config.host_id;
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string id;
   if (boot && std::getline(boot, id) && !id.empty()) return "boot:" + id;
@@ -31,8 +25,8 @@ std::string host_identity() {
                    "SHMDIST_HOST_ID");
 }
 
-bool mpi_job_spans_hosts(int world) {
-  if (env::get("SHMDIST_HOST_ID")) return true;
+bool mpi_job_spans_hosts(int world, const config::Config& config) {
+  if (config.host_id) return true;
   const auto local = env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX);
   return local && *local < world;
 }
@@ -54,7 +48,7 @@ std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
                      std::to_string(session->size()) + " but the environment (or InitOptions) "
                      "says rank " + std::to_string(rank) + " of " + std::to_string(world) +
                      "; under mpirun leave InitOptions::rank and world_size unset");
-  const std::string me = host_identity();
+  const std::string me = host_identity(config);
   const std::vector<std::string> ids = session->allgather(me);
   // For error texts: the real host name beside the identity.
   const std::vector<std::string> names = session->allgather(host_name());

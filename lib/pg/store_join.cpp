@@ -147,7 +147,8 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
   if (timeout.count() <= 0)
     throw InvalidArgument("the process group timeout must be positive, got " +
                           std::to_string(timeout.count()) + " ms");
-  if (env::get("SHMDIST_SEGMENT_FD") && !g_launcher_segment_used) {
+  const config::Config config = config::from_environment();
+  if (config.segment_fd && !g_launcher_segment_used) {
     // Started by shmrun: its segment, its supervision. The descriptor is used once; a later
     // join of this process (after destroy) goes through the store.
     g_launcher_segment_used = true;
@@ -157,7 +158,6 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
     options.timeout = timeout;
     return ProcessGroup(options);
   }
-  const config::Config config = config::from_environment();
   const auto deadline = Clock::now() + timeout;
   std::string name;
   NamedObject obj;

@@ -49,6 +49,7 @@ BOOST_AUTO_TEST_CASE(nothing_set_gives_the_defaults) {
   BOOST_TEST(!c.local_cpus);
   BOOST_TEST(c.health_check.count() == config::kDefaultHealthCheck.count());
   BOOST_TEST(!c.hang_report);
+  BOOST_TEST(!c.host_id);
   BOOST_TEST(config::kDefaultHealthCheck.count() == 100);
   BOOST_TEST(!c.single_copy);  // auto
   BOOST_TEST(config::kDefaultSingleCopy == 65536u);
@@ -62,7 +63,8 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
                                  {"SHMDIST_LOCAL_CPUS", "3"},
                                  {"SHMDIST_HEALTH_CHECK_MS", "3600000"},
                                  {"SHMDIST_HANG_REPORT", "1.5s"},
-                                 {"SHMDIST_SINGLE_COPY", "1M"}});
+                                 {"SHMDIST_SINGLE_COPY", "1M"},
+                                 {"SHMDIST_HOST_ID", "node-a"}});
   BOOST_TEST(c.segment_fd.value_or(-1) == 7);
   BOOST_TEST(c.job_key.value_or("") == "00112233445566ff");
   BOOST_TEST(c.ring_size.value_or(0) == 65536u);
@@ -75,6 +77,7 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
   BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "0"}}).single_copy.value_or(1) == 0u);
   BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "4096"}}).single_copy.value_or(0) == 4096u);
   BOOST_TEST(!read({{"SHMDIST_SINGLE_COPY", "auto"}}).single_copy);
+  BOOST_TEST(c.host_id.value_or("") == "node-a");
   const auto off = read({{"SHMDIST_HANG_REPORT", "0"}}).hang_report;
   BOOST_TEST(off.value_or(std::chrono::milliseconds(-1)).count() == 0);
 }
@@ -99,6 +102,9 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_variable_and_the_range) {
   refused({{"SHMDIST_SINGLE_COPY", "1K"}}, {"SHMDIST_SINGLE_COPY='1K' is out of range", "4K to 1G", "auto"});
   refused({{"SHMDIST_SINGLE_COPY", "2G"}}, {"SHMDIST_SINGLE_COPY='2G' is out of range", "off"});
   refused({{"SHMDIST_SINGLE_COPY", "on"}}, {"SHMDIST_SINGLE_COPY = 'on' is not a byte size"});
+  refused({{"SHMDIST_HOST_ID", ""}}, {"SHMDIST_HOST_ID is empty", "1 to 255 characters"});
+  refused({{"SHMDIST_HOST_ID", std::string(256, 'h')}},
+          {"SHMDIST_HOST_ID is too long (256 characters)", "1 to 255 characters"});
 }
 
 BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
@@ -107,7 +113,7 @@ BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
     BOOST_TEST(std::string(v.name).rfind("SHMDIST_", 0) == 0u, v.name);
     ++seen[v.name];
   }
-  BOOST_TEST(seen.size() == 8u);
+  BOOST_TEST(seen.size() == 9u);
   for (const auto& [name, n] : seen) BOOST_TEST(n == 1, name);
 }
 
