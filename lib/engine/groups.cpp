@@ -10,6 +10,7 @@
 #include <shmdist/errors.hpp>
 
 #include "engine/engine.hpp"
+#include "engine/group_name.hpp"
 
 namespace shmdist::engine {
 namespace {
@@ -31,9 +32,8 @@ bool contains(const std::vector<int>& sorted, int rank) {
 }  // namespace
 
 std::string Engine::group_text(std::uint32_t id) const {
-  if (id == 0) return "the world group";
-  std::string s = "group #" + std::to_string(id);
-  if (id <= groups_.size()) {
+  std::string s = group_name(id);
+  if (id != 0 && id <= groups_.size()) {
     s.push_back(' ');
     s.append(members_text(groups_[id - 1].members));
   }
@@ -42,7 +42,7 @@ std::string Engine::group_text(std::uint32_t id) const {
 
 std::string Engine::group_text_for(std::uint32_t id, std::uint32_t sig) const {
   if (id == 0 || (id <= groups_.size() && groups_[id - 1].sig == sig)) return group_text(id);
-  std::string s = "group #" + std::to_string(id);
+  std::string s = group_name(id);
   if (id > groups_.size()) return s.append(" (which this rank never created)");
   return s.append(" (not this rank's group #").append(std::to_string(id)).append(")");
 }

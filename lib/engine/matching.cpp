@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/engine.hpp"
+#include "engine/group_name.hpp"
 
 namespace shmdist::engine {
 namespace {
@@ -16,16 +17,12 @@ bool matches(const Operation& op, const transport::Envelope& env) {
   return op.key.routes(env.key) && (op.peer < 0 || op.peer == env.src);
 }
 
-std::string group_text(std::uint32_t id) {
-  return id == 0 ? std::string("the world group") : "group #" + std::to_string(id);
-}
-
 // Why `op` cannot take `env` although the key matches; nullopt when it can.
 std::optional<std::string> incompatibility(const Operation& op, const transport::Envelope& env) {
   if (op.key.group_sig != env.key.group_sig)
     return "the message from rank " + std::to_string(env.src) + " was sent on " +
-           group_text(env.key.group_id) + " with different members than this rank's " +
-           group_text(env.key.group_id) +
+           group_name(env.key.group_id) + " with different members than this rank's " +
+           group_name(env.key.group_id) +
            ": every rank must call new_group with the same ranks, in the same order";
   if (op.any_size || op.view.numel == env.numel) return std::nullopt;
   return "recv expected " + std::to_string(op.view.numel) + " elements (" +

@@ -2,6 +2,7 @@
 // deadline), with error texts that say what was awaited and what to do.
 
 #include "engine/engine.hpp"
+#include "engine/group_name.hpp"
 
 namespace shmdist::engine {
 namespace {
@@ -67,7 +68,7 @@ std::string Engine::describe(const WaitFocus& focus) const {
     what += " from any source";
   if (focus.op == kBlockedSend || focus.op == kBlockedRecv || focus.op == kBlockedWait) {
     what += " (tag " + std::to_string(focus.key.tag) + ", ";
-    what += focus.key.group_id == 0 ? "world group" : "group #" + std::to_string(focus.key.group_id);
+    what += group_label(focus.key.group_id);
     what += ")";
   }
   return what + " on rank " + std::to_string(rank());

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <set>
 
+#include "engine/group_name.hpp"
 #include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
@@ -11,10 +12,6 @@
 
 namespace shmdist {
 namespace {
-
-std::string group_name(const detail::GroupInfo& g) {
-  return g.id == 0 ? std::string("the world group") : "group #" + std::to_string(g.id);
-}
 
 // Argument checks run on every call: the tests are inline, the messages are built out of
 // line, only when something is wrong.
@@ -180,14 +177,14 @@ inline const detail::GroupInfo& resolve(const ProcessGroup::Impl& s, const Group
                                                       const detail::GroupInfo& info,
                                                       const char* call) {
   throw InvalidArgument(std::string(call) + ": global rank " + std::to_string(s.rank) +
-                        " is not a member of " + group_name(info) +
+                        " is not a member of " + engine::group_name(info.id) +
                         "; only its members may use it");
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] void groups_disagree(const ProcessGroup::Impl& s,
                                                           const detail::GroupInfo& info,
                                                           const char* call) {
-  throw InvalidArgument(std::string(call) + " on " + group_name(info) + ": " +
+  throw InvalidArgument(std::string(call) + " on " + engine::group_name(info.id) + ": " +
                         s.engine->group_disagreement());
 }
 
@@ -214,7 +211,7 @@ inline const detail::GroupInfo& resolve_member(const ProcessGroup::Impl& s, cons
     throw InvalidArgument(std::string(call) + ": " + role + " rank " + std::to_string(peer) +
                           " is this rank itself; send to and receive from other ranks only");
   throw InvalidArgument(std::string(call) + ": global rank " + std::to_string(peer) +
-                        " is not part of " + group_name(info) + "; " + role +
+                        " is not part of " + engine::group_name(info.id) + "; " + role +
                         " ranks are global ranks, and must be members of the group");
 }
 
@@ -277,7 +274,7 @@ int ProcessGroup::get_group_rank(const Group& group, int global_rank) const {
   const int r = info.group_rank_of(global_rank);
   if (r < 0)
     throw InvalidArgument("get_group_rank: global rank " + std::to_string(global_rank) +
-                          " is not part of " + group_name(info));
+                          " is not part of " + engine::group_name(info.id));
   return r;
 }
 
@@ -285,7 +282,7 @@ int ProcessGroup::get_global_rank(const Group& group, int group_rank) const {
   const auto& info = resolve(impl(), group, "get_global_rank");
   if (group_rank < 0 || group_rank >= static_cast<int>(info.members.size()))
     throw InvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) +
-                          " is not part of " + group_name(info) + " (it has " +
+                          " is not part of " + engine::group_name(info.id) + " (it has " +
                           std::to_string(info.members.size()) + " ranks)");
   return info.members[group_rank];
 }
