@@ -26,21 +26,33 @@ Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy
     if (p != transport_->rank()) all_peers_.push_back(p);
 }
 
+Engine::~Engine() {
+  fail_all_pending(std::make_exception_ptr(
+      NotInitialized("the process group was destroyed while this operation was pending")));
+}
+
 // Operations still pending belong to Work handles (or to nobody, if the handles were
 // dropped): unlink and fail them, and break their self-references so they are freed.
-Engine::~Engine() {
-  const auto gone = std::make_exception_ptr(
-      NotInitialized("the process group was destroyed while this operation was pending"));
+// Unfinished collectives fail their completions. Returns how many sends it failed. Only the
+// destructor, finalize and abandon call it: nothing drives the engine afterwards, so a
+// message still streaming in is never written into a receiver failed here.
+std::size_t Engine::fail_all_pending(std::exception_ptr error) {
   while (!posted_.empty()) {
     Operation& op = posted_.front();
     posted_.pop_front();
-    fail_operation(op, gone);
+    fail_operation(op, error);
   }
   for (Inflight& f : inflight_)
-    if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, gone);
-  for (auto& queue : send_queues_)
-    for (Operation* op : queue) drop_send(*op, gone);
-  for (auto& task : tasks_) task->abandon(gone);
+    if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, error);
+  std::size_t sends = 0;
+  for (auto& queue : send_queues_) {
+    sends += queue.size();
+    for (Operation* op : queue) drop_send(*op, error);
+    queue.clear();
+  }
+  sending_to_.clear();
+  for (auto& task : std::exchange(tasks_, {})) task->abandon(error);
+  return sends;
 }
 
 // ---- sends ----------------------------------------------------------------------------------

@@ -154,6 +154,15 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void drop_send(Operation& op, std::exception_ptr e);
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
+  // Fails every pending operation and task with `error` (destructor, finalize, abandon);
+  // returns how many sends it failed.
+  std::size_t fail_all_pending(std::exception_ptr error);
+
+  // finalize.cpp: destroy_process_group is drain, tally, fail what is left, report.
+  struct Tally;  // the user's messages never received and receives never matched, by peer
+  std::string drain();
+  Tally tally_unfinished() const;
+  void write_report(std::ostream& report, const Tally& tally, const std::string& problem) const;
 
   // waiting.cpp and block_until.hpp
   bool progress(int preferred, bool full_scan);

@@ -14,15 +14,6 @@ namespace {
 
 using GroupAndTag = std::tuple<std::uint32_t, std::uint32_t, int>;  // group id, sig, tag
 
-struct PeerTally {
-  std::size_t messages = 0;
-  std::size_t incomplete = 0;
-  std::uint64_t bytes = 0;
-  std::set<GroupAndTag> tags;
-  std::size_t receives = 0;  // posted receives that never matched
-  std::set<GroupAndTag> receive_tags;
-};
-
 // "tags 1, 2" on the world group; "tag 3 on group #2 {0, 1}" on others, group by group.
 template <class GroupText>
 std::string list_tags(const std::set<GroupAndTag>& tags, GroupText&& group_text) {
@@ -47,9 +38,31 @@ std::string list_tags(const std::set<GroupAndTag>& tags, GroupText&& group_text)
 
 }  // namespace
 
+struct Engine::Tally {
+  struct Peer {
+    std::size_t messages = 0;
+    std::size_t incomplete = 0;
+    std::uint64_t bytes = 0;
+    std::set<GroupAndTag> tags;
+    std::size_t receives = 0;  // posted receives that never matched
+    std::set<GroupAndTag> receive_tags;
+  };
+  std::map<int, Peer> by_peer;  // -1: posted any-source receives
+};
+
 void Engine::finalize(std::ostream& report) {
   if (finalized_) return;
   finalized_ = true;
+  const std::string problem = drain();
+  const Tally tally = tally_unfinished();
+  fail_all_pending(std::make_exception_ptr(
+      NotInitialized("the process group was destroyed while this operation was pending")));
+  write_report(report, tally, problem);
+}
+
+// Queued sends go out, this rank is marked finalized, every peer finalizes (or ends), and what
+// is still in the rings comes in. Returns what went wrong, empty if nothing did.
+std::string Engine::drain() {
   const auto deadline = Clock::now() + timeout_;
   const WaitFocus focus{kBlockedDestroy, -1, nullptr, {}, 0};
   std::string problem;
@@ -61,51 +74,48 @@ void Engine::finalize(std::ostream& report) {
     problem = e.what();
   }
   transport_->mark_finalized();
-  if (problem.empty()) {
-    try {
-      // 2. Everyone else finalizes (or ends): after that nothing new can arrive.
-      auto all_quiet = [&] {
-        for (int p : all_peers_)
-          if (transport_->peer_state(p).status == transport::PeerStatus::Running) return false;
-        return true;
-      };
-      if (!block_until(all_quiet, focus, deadline - Clock::now()))
-        problem = "timed out waiting for the other ranks to call destroy_process_group";
-      // 3. Take in what is still in the rings.
-      while (progress(-1, true)) {
-      }
-    } catch (const Error& e) {
-      problem = e.what();
+  if (!problem.empty()) return problem;
+  try {
+    // 2. Everyone else finalizes (or ends): after that nothing new can arrive.
+    auto all_quiet = [&] {
+      for (int p : all_peers_)
+        if (transport_->peer_state(p).status == transport::PeerStatus::Running) return false;
+      return true;
+    };
+    if (!block_until(all_quiet, focus, deadline - Clock::now()))
+      problem = "timed out waiting for the other ranks to call destroy_process_group";
+    // 3. Take in what is still in the rings.
+    while (progress(-1, true)) {
     }
+  } catch (const Error& e) {
+    problem = e.what();
   }
+  return problem;
+}
 
-  std::map<int, PeerTally> tally;
+// The user's messages that arrived and were never received, and the user's receives that
+// never matched, by peer (internal traffic is the library's business, not the report's).
+Engine::Tally Engine::tally_unfinished() const {
+  Tally tally;
   for (const Unexpected& u : unexpected_) {
     if (u.env.key.channel != transport::kUserChannel) continue;
-    PeerTally& t = tally[u.env.src];
+    Tally::Peer& t = tally.by_peer[u.env.src];
     ++t.messages;
     t.incomplete += !u.complete;
     t.bytes += u.env.nbytes;
     t.tags.insert({u.env.key.group_id, u.env.key.group_sig, u.env.key.tag});
   }
-  const auto gone = std::make_exception_ptr(
-      NotInitialized("the process group was destroyed while this operation was pending"));
-  while (!posted_.empty()) {
-    Operation& op = posted_.front();
-    posted_.pop_front();
-    if (op.key.channel == transport::kUserChannel) {
-      PeerTally& t = tally[op.peer];
-      ++t.receives;
-      t.receive_tags.insert({op.key.group_id, op.key.group_sig, op.key.tag});
-    }
-    fail_operation(op, gone);
+  for (const Operation& op : posted_) {
+    if (op.key.channel != transport::kUserChannel) continue;
+    Tally::Peer& t = tally.by_peer[op.peer];
+    ++t.receives;
+    t.receive_tags.insert({op.key.group_id, op.key.group_sig, op.key.tag});
   }
-  for (auto& queue : send_queues_) {
-    for (Operation* op : queue) drop_send(*op, gone);
-    queue.clear();
-  }
-  sending_to_.clear();
+  return tally;
+}
 
+void Engine::write_report(std::ostream& report, const Tally& tally,
+                          const std::string& problem) const {
   // Composed first and written with one call: ranks share stderr, and separate writes of
   // pieces of a line would interleave with other ranks' reports mid-line.
   std::ostringstream text;
@@ -113,7 +123,7 @@ void Engine::finalize(std::ostream& report) {
   auto group_name = [this](std::uint32_t id, std::uint32_t sig) {
     return group_text_for(id, sig);
   };
-  for (const auto& [peer, t] : tally) {
+  for (const auto& [peer, t] : tally.by_peer) {
     if (t.messages) {
       text << me << t.messages << (t.messages == 1 ? " message" : " messages") << " from rank "
            << peer << (t.messages == 1 ? " arrived and was" : " arrived and were")
@@ -136,7 +146,6 @@ void Engine::finalize(std::ostream& report) {
 void Engine::abandon(Clock::duration flush_limit, bool mark, std::ostream& report) {
   if (finalized_) return;
   finalized_ = true;
-  std::size_t unsent = 0;
   try {
     if (flush_limit > Clock::duration::zero()) {
       const WaitFocus focus{kBlockedDestroy, -1, nullptr, {}, 0};
@@ -146,22 +155,9 @@ void Engine::abandon(Clock::duration flush_limit, bool mark, std::ostream& repor
     // The job failed meanwhile: nothing more to deliver.
   }
   if (mark) transport_->mark_finalized();
-  const auto gone = std::make_exception_ptr(
+  const std::size_t unsent = fail_all_pending(std::make_exception_ptr(
       NotInitialized("the process ended without destroy_process_group while this operation "
-                     "was pending"));
-  while (!posted_.empty()) {
-    Operation& op = posted_.front();
-    posted_.pop_front();
-    fail_operation(op, gone);
-  }
-  for (auto& queue : send_queues_) {
-    for (Operation* op : queue) {
-      unsent += op->kind == Operation::Kind::Send;
-      drop_send(*op, gone);
-    }
-    queue.clear();
-  }
-  sending_to_.clear();
+                     "was pending")));
   if (unsent) {
     const std::string line = "shmdist: rank " + std::to_string(rank()) + ": " +
                              std::to_string(unsent) + (unsent == 1 ? " send" : " sends") +
