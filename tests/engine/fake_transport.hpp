@@ -1,0 +1,189 @@
+// An in-memory Transport for driving the engine in one process, deterministically: the test
+// decides what arrives from whom, how many bytes of it have arrived so far, how much a
+// destination takes, and how every peer stands. It is also the smallest complete
+// implementation of transport/transport.hpp, the model for the next transports.
+//
+// A FakeTransport is owned by the engine; the test keeps the FakeWire it talks through.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <shmdist/errors.hpp>
+
+#include "transport/transport.hpp"
+
+namespace shmdist::test {
+
+struct FakeWire {
+  struct Inbound {
+    transport::Envelope env;
+    std::vector<std::byte> bytes;
+    std::uint64_t delivered = 0;
+    bool started = false;
+    transport::InboundSink* sink = nullptr;
+  };
+  struct Outbound {
+    transport::Envelope env;
+    std::vector<std::byte> bytes;  // what has left so far
+  };
+
+  explicit FakeWire(int own_rank, int world_size)
+      : rank(own_rank), world(world_size), inbound(world_size), arrived(world_size),
+        finished_bytes(world_size),
+        outbound(world_size), room(world_size, ~std::uint64_t{0}), peers(world_size) {}
+
+  // The peer `src` sends a message of `env` (its src and nbytes are set here) carrying
+  // `bytes`. Everything it sent before has arrived whole; of this one, `allow` bytes have.
+  void arrive(int src, transport::Envelope env, std::vector<std::byte> bytes,
+              std::uint64_t allow = ~std::uint64_t{0}) {
+    const std::uint64_t before = stream_end(src);
+    env.src = src;
+    env.nbytes = bytes.size();
+    inbound[src].push_back({env, std::move(bytes), 0, false, nullptr});
+    arrived[src] = before + std::min<std::uint64_t>(allow, env.nbytes);
+  }
+  // `n` more bytes from `src` arrive (in stream order, across its messages).
+  void allow(int src, std::uint64_t n) { arrived[src] = std::min(arrived[src] + n, stream_end(src)); }
+  void allow_all(int src) { arrived[src] = stream_end(src); }
+
+  // Stream positions from `src`: every byte it sent, and every byte the engine took.
+  std::uint64_t stream_end(int src) const {
+    std::uint64_t n = finished_bytes[src];
+    for (const Inbound& m : inbound[src]) n += m.bytes.size();
+    return n;
+  }
+  std::uint64_t consumed_of(int src) const {
+    std::uint64_t n = finished_bytes[src];
+    for (const Inbound& m : inbound[src]) n += m.delivered;
+    return n;
+  }
+
+  int rank;
+  int world;
+  std::vector<std::deque<Inbound>> inbound;  // by source, in stream order
+  std::vector<std::uint64_t> arrived;        // by source: stream bytes that have arrived
+  std::vector<std::uint64_t> finished_bytes;  // by source: bytes of messages completed
+  std::vector<std::vector<Outbound>> outbound;  // by destination, in stream order
+  std::vector<std::uint64_t> room;              // by destination: bytes it takes from now on
+  std::vector<transport::PeerState> peers;
+  bool job_aborted = false;
+  std::string job_failure = "the job was aborted";
+  std::vector<int> reported_failures;
+  std::vector<transport::BlockedInfo> blocked;  // every set_blocked, in order
+  int blocked_now = 0;                          // set_blocked minus clear_blocked
+  bool finalized = false;
+  int polls = 0;
+};
+
+class FakeTransport final : public transport::Transport {
+ public:
+  explicit FakeTransport(std::shared_ptr<FakeWire> wire) : w_(std::move(wire)) {}
+
+  int rank() const override { return w_->rank; }
+  int world_size() const override { return w_->world; }
+
+  bool poll(transport::InboundHandler& handler, int, bool) override {
+    ++w_->polls;
+    bool moved = false;
+    for (int src = 0; src < w_->world; ++src) moved |= poll_source(handler, src);
+    return moved;
+  }
+
+  // The direct path is an optimisation a transport may decline: "Other" sends the engine
+  // to poll(), which every case here goes through.
+  transport::DirectResult receive_direct(int, const transport::Expectation&) override {
+    return transport::DirectResult::Other;
+  }
+  int receive_direct_any(const transport::Expectation&, transport::DirectResult& result) override {
+    result = transport::DirectResult::Other;
+    return -1;
+  }
+
+  bool send_some(int dst, transport::OutboundMessage& msg) override {
+    auto& out = w_->outbound[dst];
+    bool moved = false;
+    if (!msg.started) {
+      if (w_->room[dst] == 0 && msg.env.nbytes != 0) return false;
+      out.push_back({msg.env, {}});
+      msg.started = moved = true;
+    }
+    const std::uint64_t n = std::min(msg.env.nbytes - msg.sent, w_->room[dst]);
+    out.back().bytes.insert(out.back().bytes.end(), msg.next, msg.next + n);
+    msg.next += n;
+    msg.sent += n;
+    w_->room[dst] -= n;
+    return moved || n > 0;  // true only if something moved: the engine spins while it does
+  }
+  void flush() override {}
+
+  bool inbound_in_progress(int src) const override {
+    return !w_->inbound[src].empty() && w_->inbound[src].front().started;
+  }
+  bool inbound_pending(int src) const override {
+    return w_->arrived[src] > w_->consumed_of(src);
+  }
+
+  int awake_ranks() const override { return 1; }
+  std::uint32_t arm() override { return 0; }
+  void sleep(std::uint32_t, std::chrono::nanoseconds) override {}
+  void disarm() override {}
+
+  transport::PeerState peer_state(int peer) override { return w_->peers[peer]; }
+  void check_job() override {
+    if (w_->job_aborted) throw PeerFailure(w_->job_failure);
+  }
+  void report_failure(int peer) override {
+    w_->reported_failures.push_back(peer);
+    w_->job_aborted = true;
+    w_->job_failure = "peer failure: " + w_->peers[peer].how;
+  }
+
+  void set_blocked(const transport::BlockedInfo& info) override {
+    w_->blocked.push_back(info);
+    ++w_->blocked_now;
+  }
+  void clear_blocked() override { --w_->blocked_now; }
+  void mark_finalized() override { w_->finalized = true; }
+
+ private:
+  // Delivers what has arrived from `src`: starts messages, fills their sinks (re-reading
+  // sink->dest every time: the engine may repoint it), completes them.
+  bool poll_source(transport::InboundHandler& handler, int src) {
+    bool moved = false;
+    auto& queue = w_->inbound[src];
+    while (!queue.empty()) {
+      FakeWire::Inbound& m = queue.front();
+      const std::uint64_t available = w_->arrived[src] - w_->consumed_of(src);
+      if (!m.started) {
+        if (available == 0 && !m.bytes.empty()) break;
+        m.sink = handler.on_message_start(m.env);
+        m.started = true;
+        moved = true;
+      }
+      const std::uint64_t n = std::min(available, m.bytes.size() - m.delivered);
+      if (n) {
+        std::memcpy(m.sink->dest + m.sink->received, m.bytes.data() + m.delivered, n);
+        m.sink->received += n;
+        m.delivered += n;
+        moved = true;
+      }
+      if (m.delivered < m.bytes.size()) break;
+      const transport::Envelope env = m.env;
+      transport::InboundSink* sink = m.sink;
+      w_->finished_bytes[src] += m.bytes.size();
+      queue.pop_front();
+      handler.on_message_complete(sink, env);
+      moved = true;
+    }
+    return moved;
+  }
+
+  std::shared_ptr<FakeWire> w_;
+};
+
+}  // namespace shmdist::test

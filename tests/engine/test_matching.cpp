@@ -1,0 +1,171 @@
+// Matching through a fake transport: posted receives in posting order, unexpected messages in
+// arrival order, a receive withdrawn (before and during a stream), an unexpected message
+// claimed while it still streams in.
+#include <boost/test/unit_test.hpp>
+
+#include "engine_rig.hpp"
+
+using namespace shmdist;
+using namespace shmdist::test;
+using namespace std::chrono_literals;
+
+BOOST_AUTO_TEST_SUITE(engine_matching)
+
+// Messages go to the first posted receive that matches (posting order); an any-source receive
+// posted first takes the earlier message; what no receive wants waits as unexpected.
+BOOST_AUTO_TEST_CASE(posted_receives_match_in_posting_order) {
+  Rig rig;
+  Tensor a = zeros(1, kLong), b = zeros(1, kLong), c = zeros(1, kLong), d = zeros(1, kLong);
+  Op any5 = rig.irecv(a, -1, user_key(5));
+  Op from1_5 = rig.irecv(b, 1, user_key(5));
+  Op from2_7 = rig.irecv(c, 2, user_key(7));
+  rig.arrive(1, tensor({10}), user_key(5));
+  rig.arrive(1, tensor({11}), user_key(5));
+  rig.arrive(2, tensor({70}), user_key(7));
+  rig.arrive(2, tensor({20}), user_key(5));
+  rig.arrive(2, tensor({99}), {0, 0, 5, transport::kInternalChannel});  // another channel
+  BOOST_TEST(rig.engine->test(*any5));
+  BOOST_TEST(rig.engine->test(*from1_5));
+  BOOST_TEST(rig.engine->test(*from2_7));
+  BOOST_TEST(any5->source == 1);
+  BOOST_TEST(a.data<std::int64_t>()[0] == 10);
+  BOOST_TEST(from1_5->source == 1);
+  BOOST_TEST(b.data<std::int64_t>()[0] == 11);
+  BOOST_TEST(from2_7->source == 2);
+  BOOST_TEST(c.data<std::int64_t>()[0] == 70);
+  // Rank 2's tag-5 message waited as unexpected: a new receive takes it at once.
+  Op late = rig.irecv(d, -1, user_key(5));
+  BOOST_TEST(!late->pending());
+  BOOST_TEST(late->source == 2);
+  BOOST_TEST(d.data<std::int64_t>()[0] == 20);
+  // The internal-channel message is still there for an internal receive, not a user one.
+  Tensor e = zeros(1, kLong);
+  Op user = rig.irecv(e, 2, user_key(5));
+  BOOST_TEST(user->pending());
+  Op internal = rig.irecv(e, 2, {0, 0, 5, transport::kInternalChannel});
+  BOOST_TEST(!internal->pending());
+  BOOST_TEST(e.data<std::int64_t>()[0] == 99);
+}
+
+// Unexpected messages are taken in arrival order, converted to the receiver's dtype; a count
+// mismatch fails the receive and leaves the message queued for a receive of the right size.
+BOOST_AUTO_TEST_CASE(unexpected_messages_in_arrival_order_with_conversion) {
+  Rig rig;
+  rig.arrive(1, tensor({7, 8, 9}), user_key(0));
+  rig.arrive(1, tensor({1, 2, 3}), user_key(0));
+  rig.progress();
+  Tensor wrong = zeros(2, kFloat);
+  Op mismatch = rig.irecv(wrong, 1, user_key(0));
+  BOOST_TEST(!mismatch->pending());
+  const std::string why = error_text(*mismatch);
+  BOOST_TEST(contains(why, "recv expected 2 elements (torch.float32) but the message from rank 1 with "
+                           "tag 0 has 3 elements (torch.int64, 24 bytes)"),
+             why);
+  Tensor first = zeros(3, kFloat), second = zeros(3, kLong);
+  BOOST_TEST(rig.engine->recv(first, 1, user_key(0), rig.all) == 1);
+  BOOST_TEST(first.equal(tensor({7.f, 8.f, 9.f})));
+  BOOST_TEST(rig.engine->recv(second, -1, user_key(0), rig.all) == 1);
+  BOOST_TEST(second.equal(tensor({1, 2, 3})));
+}
+
+// A blocking receive that times out is withdrawn: the message that comes later is not lost
+// into it, it waits for the next receive.
+BOOST_AUTO_TEST_CASE(a_receive_that_timed_out_is_withdrawn) {
+  Rig rig(0, 3, 200ms);
+  Tensor t = zeros(2, kLong);
+  try {
+    rig.engine->recv(t, 1, user_key(3), rig.all);
+    BOOST_ERROR("recv returned without a message");
+  } catch (const Timeout& e) {
+    BOOST_TEST(contains(e.what(), "recv from rank 1 (tag 3, world group) on rank 0 timed out"),
+               e.what());
+  }
+  // It published what it was blocked on while asleep, and cleared it.
+  BOOST_REQUIRE(!rig.wire->blocked.empty());
+  BOOST_TEST(rig.wire->blocked.back().op == engine::kBlockedRecv);
+  BOOST_TEST(rig.wire->blocked.back().peer == 1);
+  BOOST_TEST(rig.wire->blocked.back().tag == 3);
+  BOOST_TEST(rig.wire->blocked_now == 0);
+  BOOST_TEST(rig.engine->pending_operations() == 0u);
+  rig.arrive(1, tensor({4, 5}), user_key(3));
+  rig.progress();
+  BOOST_TEST(t.equal(zeros(2, kLong)));  // the withdrawn receive's tensor was not written
+  Tensor later = zeros(2, kLong);
+  Op op = rig.irecv(later, 1, user_key(3));
+  BOOST_TEST(!op->pending());
+  BOOST_TEST(later.equal(tensor({4, 5})));
+}
+
+// A message streams into a blocking receive that then times out: what arrived so far moves
+// back into an unexpected message, and the rest follows it there, so a later receive gets
+// every byte in order.
+BOOST_AUTO_TEST_CASE(a_receive_withdrawn_mid_stream_loses_no_byte) {
+  Rig rig(0, 3, 200ms);
+  const Tensor sent = arange(1000);
+  rig.arrive(1, sent, user_key(2), 800);
+  Tensor t = zeros(1000, kLong);
+  BOOST_CHECK_THROW(rig.engine->recv(t, 1, user_key(2), rig.all), Timeout);
+  BOOST_TEST(rig.wire->consumed_of(1) == 800u);  // the stream had started into the receive
+  rig.wire->allow_all(1);
+  Tensor later = zeros(1000, kLong);
+  Op op = rig.irecv(later, 1, user_key(2));
+  BOOST_TEST(rig.engine->test(*op));
+  BOOST_TEST(later.equal(sent));
+}
+
+// The same, but another receive for the message was posted while the first one waited: on
+// withdrawal it takes the stream over (posting order), with the bytes that arrived so far.
+BOOST_AUTO_TEST_CASE(a_receive_withdrawn_mid_stream_hands_over_to_the_next_posted) {
+  Rig rig(0, 3, 200ms);
+  const Tensor sent = arange(1000);
+  rig.arrive(1, sent, user_key(2), 800);
+  Tensor next_tensor = zeros(1000, kFloat64);  // another dtype: converted at the end
+  Op next;
+  auto poster = std::make_shared<ScriptedTask>();
+  poster->on_advance = [&] {  // runs in the engine's progress, during the blocking recv
+    if (!next && rig.wire->consumed_of(1) > 0) next = rig.irecv(next_tensor, -1, user_key(2));
+  };
+  rig.engine->add_task(poster);
+  Tensor t = zeros(1000, kLong);
+  BOOST_CHECK_THROW(rig.engine->recv(t, 1, user_key(2), rig.all), Timeout);
+  BOOST_REQUIRE(next);
+  BOOST_TEST(next->pending());
+  rig.wire->allow_all(1);
+  BOOST_TEST(rig.engine->test(*next));
+  BOOST_TEST(next->source == 1);
+  BOOST_TEST(next_tensor.equal(sent.to(kFloat64)));
+}
+
+// A receive posted while its message is still streaming in as unexpected claims it: the bytes
+// so far move into its tensor and the rest streams there directly (or, for another dtype,
+// into the staging buffer, converted at the end).
+BOOST_AUTO_TEST_CASE(a_receive_claims_a_message_mid_stream) {
+  for (const DType dtype : {kLong, kFloat64}) {
+    BOOST_TEST_CONTEXT(dtype_name(dtype)) {
+      Rig rig;
+      const Tensor sent = arange(1000);
+      rig.arrive(1, sent, user_key(6), 808);  // not a whole element either
+      rig.progress();
+      BOOST_TEST(rig.wire->consumed_of(1) == 808u);
+      Tensor t = zeros(1000, dtype);
+      Op op = rig.irecv(t, 1, user_key(6));
+      BOOST_TEST(op->pending());
+      rig.wire->allow(1, 4000);
+      BOOST_TEST(!rig.engine->test(*op));
+      rig.wire->allow_all(1);
+      BOOST_TEST(rig.engine->test(*op));
+      BOOST_TEST(t.equal(sent.to(dtype)));
+    }
+  }
+}
+
+// A zero-byte message matches like any other.
+BOOST_AUTO_TEST_CASE(empty_messages_match) {
+  Rig rig;
+  Op op = rig.irecv(zeros(0, kLong), 2, user_key(1));
+  rig.arrive(2, zeros(0, kLong), user_key(1));
+  BOOST_TEST(rig.engine->test(*op));
+  BOOST_TEST(op->source == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
