@@ -192,13 +192,8 @@ class MpiTransport final : public RemoteTransport {
   bool inbound_in_progress(int) const override { return false; }  // payloads arrive whole
   bool inbound_pending(int src) const override {
     if (peers_[src].stashed) return true;
-    int flag = 0;
-    MPI_Status st;
-    MPI_Iprobe(src, kHeaderTag, comm_, &flag, &st);
-    if (!flag) return false;
-    int count = 0;
-    MPI_Get_count(&st, MPI_BYTE, &count);
-    return count != 0;  // a finalize marker is not data
+    const int count = probe_header(src);
+    return count > 0;  // a finalize marker (0 bytes) is not data
   }
 
   int awake_ranks() const override { return 1; }
@@ -258,15 +253,23 @@ class MpiTransport final : public RemoteTransport {
     return flag ? st.MPI_SOURCE : -1;
   }
 
-  // Receives the next header from `src` if one is there. Returns whether one was received
-  // (a finalize marker counts, and leaves nothing stashed).
-  bool fetch_header(int src) {
+  // The size in bytes of the next header message from `src` (0: a finalize marker), or -1 if
+  // none has arrived.
+  int probe_header(int src) const {
     int flag = 0;
     MPI_Status st;
     MPI_Iprobe(src, kHeaderTag, comm_, &flag, &st);
-    if (!flag) return false;
+    if (!flag) return -1;
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
+    return count;
+  }
+
+  // Receives the next header from `src` if one is there. Returns whether one was received
+  // (a finalize marker counts, and leaves nothing stashed).
+  bool fetch_header(int src) {
+    const int count = probe_header(src);
+    if (count < 0) return false;
     Peer& p = peers_[src];
     if (count != 0 && count != static_cast<int>(sizeof(MessageHeader)))
       throw PeerFailure("rank " + std::to_string(src) + " sent a " + std::to_string(count) +
