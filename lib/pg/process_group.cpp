@@ -293,39 +293,40 @@ std::vector<int> ProcessGroup::get_process_group_ranks(const Group& group) const
 
 // ---- point-to-point -------------------------------------------------------------------------
 
+namespace {
+// The checks of a point-to-point call, in order (tensor, tag, group, peer); returns its group.
+inline const detail::GroupInfo& checked_p2p(const ProcessGroup::Impl& s, const Tensor& tensor,
+                                            int peer, const Group& group, int tag,
+                                            const char* call, bool receive) {
+  check_tensor(tensor, call);
+  check_tag(tag, call);
+  const auto& info = resolve_member(s, group, call);
+  check_peer(s, info, peer, call, receive ? "source" : "destination", receive);
+  return info;
+}
+}  // namespace
+
 void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
-  check_tensor(tensor, "send");
-  check_tag(tag, "send");
-  const auto& info = resolve_member(s, group, "send");
-  check_peer(s, info, dst, "send", "destination", false);
+  const auto& info = checked_p2p(s, tensor, dst, group, tag, "send", false);
   s.engine->send(tensor, dst, key_for(info, tag, transport::kUserChannel));
 }
 
 int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
-  check_tensor(tensor, "recv");
-  check_tag(tag, "recv");
-  const auto& info = resolve_member(s, group, "recv");
-  check_peer(s, info, src, "recv", "source", true);
+  const auto& info = checked_p2p(s, tensor, src, group, tag, "recv", true);
   return s.engine->recv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members);
 }
 
 Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
-  check_tensor(tensor, "isend");
-  check_tag(tag, "isend");
-  const auto& info = resolve_member(s, group, "isend");
-  check_peer(s, info, dst, "isend", "destination", false);
+  const auto& info = checked_p2p(s, tensor, dst, group, tag, "isend", false);
   return Work(s.engine->isend(tensor, dst, key_for(info, tag, transport::kUserChannel)));
 }
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
-  check_tensor(tensor, "irecv");
-  check_tag(tag, "irecv");
-  const auto& info = resolve_member(s, group, "irecv");
-  check_peer(s, info, src, "irecv", "source", true);
+  const auto& info = checked_p2p(s, tensor, src, group, tag, "irecv", true);
   return Work(s.engine->irecv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members));
 }
 
