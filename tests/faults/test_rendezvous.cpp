@@ -66,6 +66,16 @@ void plant(const std::string& name, mode_t mode, off_t size, uid_t uid = geteuid
   close(fd);
 }
 
+// A rank that ended on an unexpected shmdist::Error (exit 3, one ERROR line): that line's fields.
+std::map<std::string, std::string> error_fields(const CommandResult& r) {
+  BOOST_TEST_INFO(r.out << r.err);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code == 3);
+  const auto errors = lines_starting(r.out, "ERROR");
+  BOOST_REQUIRE_MESSAGE(errors.size() == 1u, "expected one ERROR line in:\n" << r.out << r.err);
+  return fields_of(errors[0]);
+}
+
 // Each rank of a 2-rank job must fail at once with a SetupError naming the object, its
 // owner and mode, and the object must still be there afterwards.
 void expect_refused(int port, const std::string& name, const std::string& owner,
@@ -74,12 +84,7 @@ void expect_refused(int port, const std::string& name, const std::string& owner,
   ranks.start(0, 2, port);
   ranks.start(1, 2, port);
   for (const CommandResult& r : ranks.finish()) {
-    BOOST_TEST_INFO(r.out << r.err);
-    BOOST_TEST(!r.timed_out);
-    BOOST_TEST(r.exit_code == 3);
-    const auto errors = lines_starting(r.out, "ERROR");
-    BOOST_REQUIRE(errors.size() == 1u);
-    auto f = fields_of(errors[0]);
+    auto f = error_fields(r);
     BOOST_TEST(f["type"] == "SetupError");
     BOOST_TEST(contains(f["what"], "'/dev/shm/" + name + "' is owned by " + owner));
     BOOST_TEST(contains(f["what"], " with mode " + mode + ", but shmdist only joins objects"));
@@ -186,12 +191,7 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once
       const pid_t victim_pid = ranks.procs[victim]->pid();
       ranks.procs[victim]->signal(SIGKILL);
       const CommandResult survivor = ranks.procs[1 - victim]->finish(60s);
-      BOOST_TEST_INFO(survivor.out << survivor.err);
-      BOOST_TEST(!survivor.timed_out);
-      BOOST_TEST(survivor.exit_code == 3);
-      const auto errors = lines_starting(survivor.out, "ERROR");
-      BOOST_REQUIRE(errors.size() == 1u);
-      auto f = fields_of(errors[0]);
+      auto f = error_fields(survivor);
       BOOST_TEST(f["type"] == "PeerFailure");
       BOOST_TEST(contains(f["what"], "rank " + std::to_string(victim) + " (pid " +
                                          std::to_string(victim_pid) + ")"));
