@@ -18,6 +18,8 @@
 
 #include <shmdist/shmdist.hpp>
 
+#include "run_example.hpp"
+
 namespace dist = shmdist;
 
 namespace {
@@ -126,43 +128,10 @@ bool simulate(dist::ProcessGroup& pg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 4;
-  bool threads = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--threads")) threads = true;
-    else {
-      std::fprintf(stderr, "usage: %s [--ranks N] [--threads]   (or: shmrun -n N %s)\n", argv[0],
-                   argv[0]);
-      return 2;
-    }
-  }
-  if (std::getenv("SHMDIST_SEGMENT_FD")) {  // started by shmrun: this process is one rank
-    dist::ProcessGroup pg;
-    if (kParticles % pg.get_world_size() != 0) {
-      std::fprintf(stderr, "particles: %d particles do not split equally among %d ranks\n",
-                   kParticles, pg.get_world_size());
-      return 2;
-    }
-    const bool ok = simulate(pg);
-    pg.destroy();
-    return ok ? 0 : 1;
-  }
-  if (ranks < 1 || kParticles % ranks != 0) {
+  return example::run("particles", argc, argv, simulate, [](int ranks) {
+    if (ranks >= 1 && kParticles % ranks == 0) return true;
     std::fprintf(stderr, "particles: %d particles do not split equally among %d ranks\n",
                  kParticles, ranks);
-    return 2;
-  }
-  dist::LaunchOptions options;
-  options.mode = threads ? dist::LaunchOptions::Mode::Threads : dist::LaunchOptions::Mode::Processes;
-  const auto outcomes = dist::launch(ranks, [](dist::ProcessGroup& pg) {
-    if (!simulate(pg)) throw dist::Error("the distributed result differs");
-  }, options);
-  int failed = 0;
-  for (const auto& o : outcomes) {
-    if (o.ok()) continue;
-    std::fprintf(stderr, "particles: rank %d failed: %s\n", o.rank, o.error.c_str());
-    ++failed;
-  }
-  return failed ? 1 : 0;
+    return false;
+  });
 }
