@@ -1,6 +1,7 @@
 // The engine's point-to-point entry points and its send queues.
 
 #include "engine/block_until.hpp"
+#include "engine/operation_pool.hpp"
 
 #include <utility>
 #include <algorithm>
@@ -149,12 +150,35 @@ void Engine::fail_operation(Operation& op, std::exception_ptr e) {
 
 // ---- entry points ---------------------------------------------------------------------------
 
+// The fast path of a blocking send: nothing is queued to `dst` and the whole message goes
+// into the ring at once, so no Operation is built (building and destroying one costs more
+// than the send itself). Otherwise what was sent so far carries over into one.
 void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
+  if (!send_queues_[dst].empty()) return send_blocking(tensor, dst, key, nullptr);
+  transport::OutboundMessage out;
+  out.env = {rank_, key, tensor.dtype(), static_cast<std::uint64_t>(tensor.numel()),
+             tensor.nbytes()};
+  out.next = static_cast<const std::byte*>(tensor.data_ptr());
+  transport_->send_some(dst, out);
+  if (out.done()) [[likely]]
+    return;
+  send_blocking(tensor, dst, key, &out);
+}
+
+// The rest of a blocking send, with an Operation: queued behind earlier sends to `dst`, or,
+// when `begun` is set, the message that send() could not finish (nothing queued before it).
+void Engine::send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
+                           const transport::OutboundMessage* begun) {
   Operation op;
   setup_send(op, tensor, dst, key);
-  start_send(op);
-  if (!op.pending()) [[likely]]
-    return;
+  if (begun) {
+    op.out = *begun;
+    sending_to_.push_back(dst);
+    send_queues_[dst].push_back(&op);
+  } else {
+    start_send(op);
+  }
+  if (!op.pending()) return;
   await_blocking(op, {kBlockedSend, dst, nullptr, key, op.out.env.nbytes}, &Engine::withdraw_send);
 }
 
@@ -185,16 +209,25 @@ int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   const transport::Expectation want{
       {src, key, tensor.dtype(), static_cast<std::uint64_t>(tensor.numel()), tensor.nbytes()},
       static_cast<std::byte*>(tensor.data_ptr())};
-  const bool crowded = world_size() > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
-  const unsigned tries = crowded ? 1 : kDirectSpins;
+  auto attempt = [&](transport::DirectResult& result) {
+    if (src >= 0) {
+      result = transport_->receive_direct(src, want);
+      return src;
+    }
+    return transport_->receive_direct_any(want, result);
+  };
+  transport::DirectResult result;
+  int from = attempt(result);
+  if (result != transport::DirectResult::Empty) [[likely]]
+    return result == transport::DirectResult::Received ? from : -1;
+  // Not there yet: spin for it, unless more ranks are awake than there are CPUs.
+  const bool crowded = world_ > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
+  const unsigned tries = crowded ? 0 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
-    transport::DirectResult result;
-    int from = src;
-    if (src >= 0) result = transport_->receive_direct(src, want);
-    else from = transport_->receive_direct_any(want, result);
+    wait::cpu_relax();
+    from = attempt(result);
     if (result == transport::DirectResult::Received) return from;
     if (result == transport::DirectResult::Other) return -1;
-    wait::cpu_relax();
   }
   return -1;
 }
@@ -221,8 +254,16 @@ int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector
   return op.source;
 }
 
+// An any-source receive keeps who may send, for the "every sender is gone" check: one copy
+// per distinct list (a group's members) for the engine's life, not one per receive.
+const std::vector<int>* Engine::intern_candidates(const std::vector<int>& candidates) {
+  for (auto it = candidate_lists_.rbegin(); it != candidate_lists_.rend(); ++it)
+    if (*it == candidates) return &*it;
+  return &candidate_lists_.emplace_back(candidates);
+}
+
 std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const MatchKey& key) {
-  auto op = std::make_shared<Operation>();
+  auto op = std::allocate_shared<Operation>(PooledAllocator<Operation>{});
   setup_send(*op, tensor, dst, key);
   op->keep = tensor;
   op->engine = weak_from_this();
@@ -233,10 +274,10 @@ std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const Ma
 
 std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const MatchKey& key,
                                          const std::vector<int>& candidates) {
-  auto op = std::make_shared<Operation>();
+  auto op = std::allocate_shared<Operation>(PooledAllocator<Operation>{});
   op->kind = Operation::Kind::Recv;
   op->peer = src;
-  if (src < 0) op->candidates = candidates;
+  if (src < 0) op->candidates = intern_candidates(candidates);
   op->key = key;
   op->set_view(tensor);
   op->keep = tensor;
@@ -257,7 +298,7 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
   if (op.pending()) {
     const auto limit = timeout ? *timeout : timeout_;
     WaitFocus focus{kBlockedWait, op.peer, nullptr, op.key, op.view.nbytes};
-    if (op.kind == Operation::Kind::Recv && op.peer < 0) focus.candidates = &op.candidates;
+    if (op.kind == Operation::Kind::Recv && op.peer < 0) focus.candidates = op.candidates;
     if (op.kind == Operation::Kind::Send) focus.key = op.out.env.key;
     std::shared_ptr<BackgroundTask> task;  // held: the engine drops it once it finishes
     if (op.kind == Operation::Kind::Collective) {

@@ -146,6 +146,9 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // sends
   void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  const std::vector<int>* intern_candidates(const std::vector<int>& candidates);
+  void send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
+                     const transport::OutboundMessage* begun);
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
   void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
   void start_send(Operation& op);
@@ -190,6 +193,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order
   std::uint64_t arrivals_ = 0;
   std::vector<int> all_peers_;
+  std::deque<std::vector<int>> candidate_lists_;  // intern_candidates (stable addresses)
   std::vector<GroupRecord> groups_;  // by id - 1
   std::string group_disagreement_;
   bool finalized_ = false;

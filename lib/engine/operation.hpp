@@ -58,7 +58,9 @@ struct Operation {
 
   // Receive side.
   engine::MatchKey key;
-  std::vector<int> candidates;      // any-source receive: who may send (the group's members)
+  // Any-source receive: who may send (the group's members), owned by the engine (its
+  // interned lists); read only by the engine's waits, so only while the engine lives.
+  const std::vector<int>* candidates = nullptr;
   bool any_size = false;            // receive a byte message of whatever size (recv_bytes)
   engine::PostedHook posted_hook;   // linked while posted and not yet routed
   std::unique_ptr<std::byte[]> staging;  // bytes of another dtype, converted at completion

@@ -53,21 +53,35 @@ inline constexpr std::uint64_t padded_record_size(std::uint64_t payload) {
   return (sizeof(RecordHeader) + payload + kRecordAlign - 1) & ~std::uint64_t{kRecordAlign - 1};
 }
 
+// memcpy for the small payloads of the fast path: up to 16 bytes in two overlapping
+// fixed-size copies (a few moves instead of a library call), anything longer by memcpy.
+inline void copy_bytes(std::byte* dst, const std::byte* src, std::size_t n) {
+  if (n >= 8 && n <= 16) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4 && n < 8) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else if (n < 4) {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];  // also n == 0 with null pointers
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // Copies between linear memory and the ring's data area, splitting at the wrap point.
 inline void copy_into_ring(std::byte* data, std::uint64_t mask, std::uint64_t pos,
                            const std::byte* src, std::size_t n) {
-  if (n == 0) return;  // src may be null then, which memcpy does not allow
   const std::uint64_t off = pos & mask;
   const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
-  std::memcpy(data + off, src, first);
+  copy_bytes(data + off, src, first);
   if (first < n) std::memcpy(data, src + first, n - first);
 }
 inline void copy_from_ring(const std::byte* data, std::uint64_t mask, std::uint64_t pos,
                            std::byte* dst, std::size_t n) {
-  if (n == 0) return;
   const std::uint64_t off = pos & mask;
   const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
-  std::memcpy(dst, data + off, first);
+  copy_bytes(dst, data + off, first);
   if (first < n) std::memcpy(dst + first, data, n - first);
 }
 
@@ -113,27 +127,10 @@ class RingProducer {
   // Caller must have checked writable() >= prefix.size() + payload.size().
   void publish(RecordKind kind, std::span<const std::byte> prefix,
                std::span<const std::byte> payload) {
-    const std::uint64_t length = prefix.size() + payload.size();
-    const std::uint64_t pos = head_;
-    const std::uint64_t next = pos + padded_record_size(length);
-    RecordHeader* rec = reinterpret_cast<RecordHeader*>(static_cast<void*>(data_ + (pos & mask_)));
-    rec->length = static_cast<std::uint32_t>(length);
-    rec->kind = static_cast<std::uint16_t>(kind);
-    rec->reserved = 0;
-    // The first 64 bytes of a record never wrap (records are 64-aligned, the ring a multiple
-    // of 64), so a short prefix goes in with one copy.
-    std::uint64_t at = pos + sizeof(RecordHeader);
-    if (!prefix.empty()) {
+    write_record(kind, prefix.size() + payload.size(), [&](std::uint64_t at) {
       copy_into_ring(data_, mask_, at, prefix.data(), prefix.size());
-      at += prefix.size();
-    }
-    if (!payload.empty()) copy_into_ring(data_, mask_, at, payload.data(), payload.size());
-    // Invalidate the next record's stamp slot first (relaxed is enough: the release below
-    // orders it before the stamp that makes this record visible).
-    stamp_at(data_, mask_, next).store(0, std::memory_order_relaxed);
-    stamp_at(data_, mask_, pos).store(pos + 1, std::memory_order_release);
-    head_ = next;
-    control_->head_hint.store(next, std::memory_order_relaxed);
+      copy_into_ring(data_, mask_, at + prefix.size(), payload.data(), payload.size());
+    });
   }
 
   // publish() for a record whose prefix is a fixed-size header (the common small message):
@@ -142,25 +139,32 @@ class RingProducer {
   void publish_with_header(RecordKind kind, const void* header,
                            std::span<const std::byte> payload) {
     static_assert(sizeof(RecordHeader) + N <= kRecordAlign, "header must fit the first line");
-    const std::uint64_t length = N + payload.size();
+    write_record(kind, N + payload.size(), [&](std::uint64_t at) {
+      std::memcpy(data_ + (at & mask_), header, N);
+      copy_into_ring(data_, mask_, at + N, payload.data(), payload.size());
+    });
+  }
+
+ private:
+  // The one core of publish*(): the record header, then `write_body(position of the first
+  // payload byte)`, then the stamps. The next record's stamp slot is invalidated first
+  // (relaxed is enough: the release store of this record's stamp orders it, and the body,
+  // before the stamp that makes this record visible).
+  template <class WriteBody>
+  void write_record(RecordKind kind, std::uint64_t length, WriteBody&& write_body) {
     const std::uint64_t pos = head_;
     const std::uint64_t next = pos + padded_record_size(length);
-    std::byte* rec = data_ + (pos & mask_);
-    RecordHeader* h = reinterpret_cast<RecordHeader*>(static_cast<void*>(rec));
-    h->length = static_cast<std::uint32_t>(length);
-    h->kind = static_cast<std::uint16_t>(kind);
-    h->reserved = 0;
-    std::memcpy(rec + sizeof(RecordHeader), header, N);
-    if (!payload.empty())
-      copy_into_ring(data_, mask_, pos + sizeof(RecordHeader) + N, payload.data(), payload.size());
+    RecordHeader* rec = reinterpret_cast<RecordHeader*>(static_cast<void*>(data_ + (pos & mask_)));
+    rec->length = static_cast<std::uint32_t>(length);
+    rec->kind = static_cast<std::uint16_t>(kind);
+    rec->reserved = 0;
+    write_body(pos + sizeof(RecordHeader));
     stamp_at(data_, mask_, next).store(0, std::memory_order_relaxed);
     stamp_at(data_, mask_, pos).store(pos + 1, std::memory_order_release);
     head_ = next;
     control_->head_hint.store(next, std::memory_order_relaxed);
   }
 
-
- private:
   // Free bytes for a record's payload: the record, its padding and the next stamp slot must
   // all lie in space the consumer has released.
   std::size_t room_for_payload(std::uint64_t tail) const {

@@ -135,7 +135,8 @@ struct RankControl {
   // Line 0: the doorbell. Peers bump `seq` and FUTEX_WAKE it when `armed` is set.
   alignas(kLine) std::atomic<std::uint32_t> doorbell_seq;
   std::atomic<std::uint32_t> armed;
-  char pad0[kLine - 8];
+  std::atomic<std::uint32_t> heavy_fences;  // 1: the owner arms with membarrier (wait/fence.hpp)
+  char pad0[kLine - 12];
   // Line 1: ready hints, bit s of word s/64 = "ring from rank s may hold records".
   alignas(kLine) std::atomic<std::uint64_t> ready[kReadyWords];
   // Line 2: identity and state.

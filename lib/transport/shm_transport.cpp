@@ -20,7 +20,9 @@ using segment::RankControl;
 using segment::RankState;
 
 namespace {
-wait::DoorbellWords doorbell_of(RankControl& rc) { return {&rc.doorbell_seq, &rc.armed}; }
+wait::DoorbellWords doorbell_of(RankControl& rc) {
+  return {&rc.doorbell_seq, &rc.armed, &rc.heavy_fences};
+}
 
 // A record below this size is not worth writing while more bytes are due: wait for space.
 constexpr std::size_t kMinUsefulRecord = 4096;
@@ -50,8 +52,10 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
       rank_(rank),
       supervised_(supervised),
       world_(segment_->world_size()),
-      own_(&segment_->rank_control(rank)),
-      doorbell_(doorbell_of(*own_), segment_->header().sleeping),
+      controls_(&segment_->rank_control(0)),
+      own_(&controls_[rank]),
+      asymmetric_fences_(wait::register_asymmetric_fences()),
+      doorbell_(doorbell_of(*own_), segment_->header().sleeping, asymmetric_fences_),
       producers_(world_),
       consumers_(world_),
       inbound_(world_),
@@ -88,6 +92,7 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
                      " of this job was already claimed by another process or thread; each rank "
                      "joins once (is RANK duplicated, or init_process_group called twice?)");
   own_->pid.store(getpid(), std::memory_order_relaxed);
+  doorbell_.announce();
   segment_->header().attached.fetch_add(1, std::memory_order_acq_rel);
   // Thread mode: all ranks live in one process; the launcher records how each one ended.
   if (segment_->header().flags & segment::kThreadMode) supervised_ = true;
@@ -127,10 +132,10 @@ ShmTransport::~ShmTransport() {
 // this rank has published, with release stores, something each rank in `owners` may wait
 // for: records (their stamps), freed ring space (a consumer's tail), our Finalized state.
 //
-// One seq_cst fence (F_n) for all owners, then for each: `before_look(owner)` (the sender's
-// half of the ready-hint protocol, see clear_hint_if_empty), and a relaxed load of its
-// `armed`, waking it if set. Why that is enough, in the C++ memory model: the owner stores
-// armed = 1, issues its own seq_cst fence F_w, then re-checks every condition. All seq_cst
+// One fence F_n for all owners, then for each: `before_look(owner)` (the sender's half of
+// the ready-hint protocol, see clear_hint_if_empty), and a relaxed load of its `armed`,
+// waking it if set. Why that is enough, in the C++ memory model: the owner stores armed = 1,
+// issues its own fence F_w, then re-checks every condition. With full fences: all seq_cst
 // fences lie in one total order S. If F_w precedes F_n in S, our load of `armed`, sequenced
 // after F_n, cannot read a value older than the owner's store sequenced before F_w
 // ([atomics.order]: the fence-fence rule), so we see it armed and wake it. If F_n precedes
@@ -138,11 +143,20 @@ ShmTransport::~ShmTransport() {
 // F_n, so it sees what we published and does not sleep. The same argument, with the
 // receiver's fence in clear_hint_if_empty for F_w, covers the ready hints. Sharing one fence
 // between several owners and both protocols changes nothing: each pair of fences is ordered.
+//
+// F_n is light (a compiler barrier, no instruction) when this process is registered for
+// membarrier and every owner announced that its F_w (arm(), clear_hint_if_empty) is heavy:
+// wait/fence.hpp shows that a light/heavy pair gives the same two cases. An owner's
+// announcement is read before choosing; reading 0 (not yet announced, or no membarrier
+// there) means a full fence. That keeps the send path free of any fence instruction.
 template <class BeforeLook>
 void ShmTransport::notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // F_n
+  bool light = asymmetric_fences_;
+  for (std::size_t i = 0; light && i < owners.size(); ++i)
+    light = controls_[owners[i]].heavy_fences.load(std::memory_order_relaxed) != 0;
+  wait::notifier_fence(light);  // F_n
   for (const int owner : owners) {
-    RankControl& rc = segment_->rank_control(owner);
+    RankControl& rc = controls_[owner];
     before_look(rc);
     wait::wake_if_armed(doorbell_of(rc));
   }
@@ -161,43 +175,59 @@ bool ShmTransport::poll(InboundHandler& handler, int preferred, bool full_scan) 
       else clear_hint_if_empty(src);
     }
   } else if (world_ > 2 || preferred < 0) {
-    // Start where the last scan stopped so that no sender starves.
-    moved |= scan_hinted(handler, preferred, cursor_, world_);
-    moved |= scan_hinted(handler, preferred, 0, cursor_);
+    visit_hinted(preferred, [&](int src) {
+      if (drain(src, handler)) {
+        inbound_[src].empty_polls = 0;
+        moved = true;
+      } else {
+        note_empty_poll(src);
+      }
+      return false;  // visit every hinted source
+    });
   }
   cursor_ = cursor_ + 1 == world_ ? 0 : cursor_ + 1;
   return moved;
 }
 
-// Visits sources in [lo, hi) whose ready hint is set. The hint is only a hint (the ring's
-// stamps decide), so relaxed loads are enough.
-bool ShmTransport::scan_hinted(InboundHandler& handler, int skip, int lo, int hi) {
-  bool moved = false;
-  for (int w = lo / 64; w * 64 < hi; ++w) {
-    std::uint64_t bits = own_->ready[w].load(std::memory_order_relaxed);
-    const int base = w * 64;
-    if (lo > base) bits &= ~std::uint64_t{0} << (lo - base);
-    if (hi - base < 64) bits &= (std::uint64_t{1} << (hi - base)) - 1;
-    if (skip >= base && skip < base + 64) bits &= ~(std::uint64_t{1} << (skip - base));
-    while (bits) {
-      const int src = base + std::countr_zero(bits);
-      bits &= bits - 1;
-      if (drain(src, handler)) {
-        inbound_[src].empty_polls = 0;
-        moved = true;
-      } else if (++inbound_[src].empty_polls >= kEmptyPollsBeforeClear) {
-        clear_hint_if_empty(src);
+// The one hinted-source scan (poll and receive_direct_any): calls visit(src) for each source
+// but `skip` and this rank whose ready hint is set, in rotated order from cursor_ ([cursor_,
+// world_), then [0, cursor_)) so that no sender starves, until visit returns true. Returns
+// whether it stopped early. The hint is only a hint (the ring's stamps decide), so relaxed
+// loads are enough.
+template <class Visit>
+bool ShmTransport::visit_hinted(int skip, Visit&& visit) {
+  const int ranges[2][2] = {{cursor_, world_}, {0, cursor_}};
+  for (const auto& [lo, hi] : ranges) {
+    for (int w = lo / 64; w * 64 < hi; ++w) {
+      std::uint64_t bits = own_->ready[w].load(std::memory_order_relaxed);
+      const int base = w * 64;
+      if (lo > base) bits &= ~std::uint64_t{0} << (lo - base);
+      if (hi - base < 64) bits &= (std::uint64_t{1} << (hi - base)) - 1;
+      for (const int not_this : {skip, rank_})
+        if (not_this >= base && not_this < base + 64)
+          bits &= ~(std::uint64_t{1} << (not_this - base));
+      while (bits) {
+        const int src = base + std::countr_zero(bits);
+        bits &= bits - 1;
+        if (visit(src)) return true;
       }
     }
   }
-  return moved;
+  return false;
+}
+
+// A hinted source had nothing: idle peers' hints go away after a while, so that they cost
+// the scans nothing.
+void ShmTransport::note_empty_poll(int src) {
+  if (++inbound_[src].empty_polls >= kEmptyPollsBeforeClear) clear_hint_if_empty(src);
 }
 
 // Clears a source's hint, then looks again: a sender that published before our clear but
 // read the hint as still set did not set it again, so the second look must find its record.
-// The receiver's half of a store-buffering handshake: we clear (an RMW), fence seq_cst, then
-// load the stamp; the sender stores its stamp (release), fences seq_cst (F_n in
-// notify_after_publishing), then loads the hint. The two fences are ordered in S: if ours
+// The receiver's half of a store-buffering handshake: we clear (an RMW), fence (seq_cst, or
+// heavy when senders may use light ones: wait/fence.hpp), then load the stamp; the sender
+// stores its stamp (release), fences (F_n in notify_after_publishing), then loads the hint.
+// The two fences are ordered (in S, or by the membarrier's contract): if ours
 // comes first, the sender's hint load sees our clear (or later) and sets the bit again; if
 // the sender's comes first, our peek sees its stamp. A seq_cst RMW followed by an acquire
 // load of another object gives no such guarantee in the C++ model, hence the fence (a cold
@@ -208,7 +238,10 @@ void ShmTransport::clear_hint_if_empty(int src) {
   if (!(word.load(std::memory_order_relaxed) & bit)) return;
   if (inbound_[src].in_message) return;  // keep hinting while a message streams in
   word.fetch_and(~bit, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Senders may use a light F_n towards us when our doorbell announced heavy fences: then
+  // this fence must be heavy too (membarrier), else a full one.
+  if (asymmetric_fences_) wait::heavy_fence();
+  else std::atomic_thread_fence(std::memory_order_seq_cst);
   inbound_[src].empty_polls = 0;
   if (consumers_[src].peek() != nullptr) word.fetch_or(bit, std::memory_order_relaxed);
 }
@@ -295,33 +328,23 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
 }
 
 int ShmTransport::receive_direct_any(const Expectation& want, DirectResult& result) {
-  // Hinted sources in rotated order, [cursor_, world_) then [0, cursor_), as in poll().
-  const int ranges[2][2] = {{cursor_, world_}, {0, cursor_}};
-  for (const auto& [lo, hi] : ranges) {
-    for (int w = lo / 64; w * 64 < hi; ++w) {
-      std::uint64_t bits = own_->ready[w].load(std::memory_order_relaxed);
-      const int base = w * 64;
-      if (lo > base) bits &= ~std::uint64_t{0} << (lo - base);
-      if (hi - base < 64) bits &= (std::uint64_t{1} << (hi - base)) - 1;
-      while (bits) {
-        const int src = base + std::countr_zero(bits);
-        bits &= bits - 1;
-        if (src == rank_) continue;
-        result = receive_direct(src, want);
-        if (result == DirectResult::Empty) {
-          // Idle peers' hints go away as in poll(), so that they cost nothing here.
-          if (++inbound_[src].empty_polls >= kEmptyPollsBeforeClear) clear_hint_if_empty(src);
-          continue;
-        }
-        inbound_[src].empty_polls = 0;
-        if (result == DirectResult::Other) return -1;
-        cursor_ = src + 1 == world_ ? 0 : src + 1;
-        return src;
-      }
-    }
-  }
+  int from = -1;
   result = DirectResult::Empty;
-  return -1;
+  visit_hinted(-1, [&](int src) {
+    const DirectResult r = receive_direct(src, want);
+    if (r == DirectResult::Empty) {
+      note_empty_poll(src);
+      return false;
+    }
+    inbound_[src].empty_polls = 0;
+    result = r;
+    if (r == DirectResult::Received) {
+      from = src;
+      cursor_ = src + 1 == world_ ? 0 : src + 1;
+    }
+    return true;
+  });
+  return from;
 }
 
 void ShmTransport::flush() {

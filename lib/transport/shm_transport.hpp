@@ -74,7 +74,9 @@ class ShmTransport final : public Transport {
   void check_fresh_rings() const;
   bool drain(int src, InboundHandler& handler);
   void consume_record(int src, const ring::RecordHeader& rec, InboundHandler& handler);
-  bool scan_hinted(InboundHandler& handler, int skip, int lo, int hi);
+  template <class Visit>
+  bool visit_hinted(int skip, Visit&& visit);
+  void note_empty_poll(int src);
   void clear_hint_if_empty(int src);
   void notify_receiver(int dst);
   void wake_if_sleeping(int peer);  // after publishing something `peer` may wait for
@@ -90,7 +92,9 @@ class ShmTransport final : public Transport {
   int rank_;
   bool supervised_;
   int world_;
+  segment::RankControl* controls_;  // every rank's control block (segment's array, by rank)
   segment::RankControl* own_;
+  bool asymmetric_fences_;  // this process is registered for membarrier (wait/fence.hpp)
   wait::Doorbell doorbell_;
   std::vector<ring::RingProducer> producers_;  // by destination
   std::vector<ring::RingConsumer> consumers_;  // by source

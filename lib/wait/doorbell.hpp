@@ -21,6 +21,9 @@
 //
 // The notifier pays one fence and one load of a line that is rarely written; it makes a
 // system call only when the owner is really asleep (armed), so the fast path has none.
+// Where the kernel allows, F_n is only a compiler barrier and F_w a membarrier(2) as well
+// (wait/fence.hpp says why that pair orders like two seq_cst fences): the owner that issues
+// the heavy F_w says so in a third word (`heavy`), which notifiers read before choosing.
 #pragma once
 
 #include <atomic>
@@ -28,6 +31,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "wait/fence.hpp"
 #include "wait/futex.hpp"
 
 namespace shmdist::wait {
@@ -36,6 +40,11 @@ namespace shmdist::wait {
 struct DoorbellWords {
   std::atomic<std::uint32_t>* seq = nullptr;    // the futex word, bumped by every wake-up
   std::atomic<std::uint32_t>* armed = nullptr;  // nonzero while the owner may sleep
+  // Nonzero: every arm() of the owner issues a heavy fence (membarrier), so notifiers of a
+  // registered process may use a light one. Set once when the owner joins, before it can
+  // arm, and cleared only if a membarrier ever fails; a notifier that reads 0 uses a full
+  // fence, which is always correct.
+  std::atomic<std::uint32_t>* heavy = nullptr;
 };
 
 // Unconditional wake-up (the launcher uses it on abort; notifiers when the owner is armed).
@@ -56,8 +65,16 @@ class Doorbell {
   // `sleeping` counts the job's armed ranks (SegmentHeader::sleeping): spin policies read it
   // to tell how many ranks compete for the CPUs right now. It is a statistic, not part of
   // the wake-up protocol, so relaxed updates are enough.
-  Doorbell(DoorbellWords own, std::atomic<std::uint32_t>& sleeping)
-      : own_(own), sleeping_(&sleeping) {}
+  // `heavy`: arm() issues membarrier (wait/fence.hpp) and announces it in own.heavy.
+  Doorbell(DoorbellWords own, std::atomic<std::uint32_t>& sleeping, bool heavy = false)
+      : own_(own), sleeping_(&sleeping), heavy_(heavy && own.heavy != nullptr) {}
+
+  // Tells notifiers whether this owner's arm() issues heavy fences. Call it once the owner
+  // holds its slot (never for a slot another process may own). Relaxed is enough: a notifier
+  // that does not see it yet reads 0 and uses a full fence.
+  void announce() {
+    if (own_.heavy) own_.heavy->store(heavy_ ? 1 : 0, std::memory_order_relaxed);
+  }
 
   // Announces that the owner may sleep. After this, re-check every condition, then sleep()
   // with the returned sequence (or disarm() if something turned up).
@@ -65,7 +82,14 @@ class Doorbell {
     const std::uint32_t seq = own_.seq->load(std::memory_order_acquire);
     own_.armed->store(1, std::memory_order_relaxed);
     sleeping_->fetch_add(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!heavy_) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // F_w
+    } else if (!heavy_fence()) [[unlikely]] {                // F_w, and membarrier
+      // Cannot happen once registered; if it does, notifiers go back to full fences (one
+      // that already chose a light one may be missed: this sleep then ends at its timeout).
+      heavy_ = false;
+      own_.heavy->store(0, std::memory_order_relaxed);
+    }
     return seq;
   }
   void sleep(std::uint32_t seq, std::chrono::nanoseconds timeout) {
@@ -79,6 +103,7 @@ class Doorbell {
  private:
   DoorbellWords own_;
   std::atomic<std::uint32_t>* sleeping_ = nullptr;
+  bool heavy_ = false;
 };
 
 }  // namespace shmdist::wait

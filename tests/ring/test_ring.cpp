@@ -150,3 +150,20 @@ BOOST_AUTO_TEST_CASE(two_thread_stream_delivers_every_byte_in_order) {
   producer.join();
   BOOST_TEST(bad == 0);
 }
+
+// The fast path's small copies (two overlapping fixed-size moves up to 16 bytes) copy exactly
+// n bytes: nothing before, nothing after, at every length around the thresholds.
+BOOST_AUTO_TEST_CASE(small_copies_copy_exactly_n_bytes) {
+  const auto src = pattern(64, 3);
+  for (std::size_t n = 0; n <= 40; ++n) {
+    std::vector<std::byte> dst(n + 32, std::byte{0xEE});
+    ring::copy_bytes(dst.data() + 16, src.data(), n);
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      const bool inside = i >= 16 && i < 16 + n;
+      BOOST_TEST_CONTEXT("n " << n << ", byte " << i) {
+        BOOST_TEST((dst[i] == (inside ? src[i - 16] : std::byte{0xEE})));
+      }
+    }
+  }
+  ring::copy_bytes(nullptr, nullptr, 0);  // the empty copy accepts null pointers
+}
