@@ -23,7 +23,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
