@@ -14,6 +14,7 @@
 
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
+#include "engine/block_until.hpp"
 
 namespace shmdist::coll {
 namespace {
@@ -47,7 +48,7 @@ class Builder {
   int n() const { return s_.group.size(); }
   int me() const { return s_.group.me; }
   bool ok() const { return !error_; }
-  const std::vector<int>& members() const { return s_.group.members; }
+  std::span<const int> members() const { return s_.group.members; }
 
   void fail(const std::string& why) {
     if (!error_) error_ = call_name(kind_, s_.group, s_.seq) + ": " + why;
@@ -101,6 +102,16 @@ class Builder {
   }
 
   std::shared_ptr<Schedule> make() { return std::make_shared<Schedule>(s_, call_, error_); }
+  // The call as a blocking lane call sees it (only when ok()).
+  CallContext context() const {
+    CallContext ctx;
+    ctx.group = s_.group;
+    ctx.seq = s_.seq;
+    ctx.call = call_;
+    ctx.call.fp.seq = s_.seq;
+    ctx.call.fp.group_size = static_cast<std::uint32_t>(n());
+    return ctx;
+  }
 
  private:
   const CallSetup& s_;
@@ -145,6 +156,52 @@ Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
   return sch->start();
 }
 
+// What a blocking lane call tells the engine while it waits (never registered as a task).
+class BlockedCall final : public engine::BackgroundTask {
+ public:
+  BlockedCall(const LaneCall& call, const CallContext& ctx) : call_(call), ctx_(ctx) {}
+  bool advance() override { return false; }
+  bool finished() const override { return call_.done(); }
+  void abandon(std::exception_ptr) override {}
+  void awaited_peers(std::vector<int>& out) const override { call_.awaited(out); }
+  std::string describe() const override { return ctx_.name(); }
+
+ private:
+  const LaneCall& call_;
+  const CallContext& ctx_;
+};
+
+// A collective whose data moves on the world lane (b.ok()). Blocking: in the caller's frame,
+// without allocating; if the wait ends early (Timeout, PeerFailure) the call goes on in a
+// background schedule, as every unfinished collective does. Async: a background schedule.
+// `keep(sch)` hands a schedule the tensors the plan points into.
+template <class Keep>
+Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std::uint64_t bytes,
+                       Keep&& keep) {
+  auto background = [&] {
+    auto sch = b.make();
+    keep(*sch);
+    sch->set_plan(plan);
+    return sch;
+  };
+  if (!s.blocking) return finish(background(), bytes);
+  const CallContext ctx = b.context();
+  LaneCall call(*s.lane, ctx, plan);
+  call.queue();
+  const BlockedCall what(call, ctx);
+  try {
+    s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes);
+  } catch (...) {
+    if (!call.done()) {
+      auto sch = background();
+      sch->adopt(call);
+      finish(sch, bytes);
+    }
+    throw;
+  }
+  return completed_collective();
+}
+
 }  // namespace
 
 Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
@@ -154,11 +211,11 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     b.describe(tensor.dtype(), tensor.numel());
     r = b.root(root, "src");
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_broadcast(*s.lane, tensor, r, b.me()), tensor.nbytes(),
+                       [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    sch->keep(tensor);
-    plan_broadcast(*sch, *s.lane, tensor, r, b.me());
-  } else if (b.ok()) {
+  if (b.ok()) {
     sch->keep(tensor);
     Step& step = sch->add_step();
     if (b.me() == r) {
@@ -177,11 +234,11 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     b.describe(tensor.dtype(), tensor.numel());
     b.op(op, tensor.dtype());
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
+                       [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    sch->keep(tensor);
-    plan_reduce(*sch, *s.lane, tensor, op, -1, b.me());
-  } else if (b.ok()) {
+  if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);
@@ -204,11 +261,11 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     b.op(op, tensor.dtype());
     r = b.root(root, "dst");
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
+                       [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    sch->keep(tensor);
-    plan_reduce(*sch, *s.lane, tensor, op, r, b.me());
-  } else if (b.ok()) {
+  if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     const std::int64_t m = slice_len(count, n, me);
@@ -235,12 +292,11 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
     b.describe(input.dtype(), input.numel());
     b.list(outputs, "tensor_list", input.dtype(), input.numel());
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_all_gather(*s.lane, input, &outputs, nullptr),
+                       input.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(input); });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    sch->keep(input);
-    for (const Tensor& t : outputs) sch->keep(t);
-    plan_all_gather(*sch, *s.lane, input, outputs);
-  } else if (b.ok()) {
+  if (b.ok()) {
     sch->keep(input);
     Step& step = sch->add_step();
     for (int j = 0; j < b.n(); ++j) {
@@ -267,15 +323,14 @@ Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tens
              "size x input elements = " + std::to_string(b.n()) + " x " +
              std::to_string(input.numel()));
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_all_gather(*s.lane, input, nullptr, bytes_of(output)),
+                       input.nbytes() * b.n(), [&](Schedule& sch) {
+                         sch.keep(input);
+                         sch.keep(output);
+                       });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    const std::int64_t k = input.numel();
-    sch->keep(input);
-    sch->keep(output);
-    std::vector<Tensor> parts;
-    for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(output, j * k, k));
-    plan_all_gather(*sch, *s.lane, input, parts);
-  } else if (b.ok()) {
+  if (b.ok()) {
     const std::int64_t k = input.numel();
     sch->keep(input);
     sch->keep(output);
@@ -378,12 +433,11 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
     b.op(op, output.dtype());
     if (b.ok()) b.list(inputs, "input_list", output.dtype(), output.numel());
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_reduce_scatter(*s.lane, &inputs, nullptr, output, op, b.me()),
+                       output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
-  if (b.ok() && sch->on_lane()) {
-    sch->keep(output);
-    for (const Tensor& t : inputs) sch->keep(t);
-    plan_reduce_scatter(*sch, *s.lane, inputs, output, op, b.me());
-  } else if (b.ok()) {
+  if (b.ok()) {
     scatter_reduce(*sch, b, inputs, output, op);
   }
   return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
@@ -403,17 +457,18 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
              "size x output elements = " + std::to_string(b.n()) + " x " +
              std::to_string(output.numel()));
   }
+  if (b.ok() && s.lane)
+    return run_on_lane(s, b, plan_reduce_scatter(*s.lane, nullptr, bytes_of(input), output, op, b.me()),
+                       input.nbytes(), [&](Schedule& sch) {
+                         sch.keep(input);
+                         sch.keep(output);
+                       });
   auto sch = b.make();
   if (b.ok()) {
     std::vector<Tensor> parts;
     for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
     sch->keep(input);
-    if (sch->on_lane()) {
-      sch->keep(output);
-      plan_reduce_scatter(*sch, *s.lane, parts, output, op, b.me());
-    } else {
-      scatter_reduce(*sch, b, parts, output, op);
-    }
+    scatter_reduce(*sch, b, parts, output, op);
   }
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }

@@ -1,8 +1,11 @@
-// The round plans: round k (from 1) moves window k of the payload.
+// The round plans. Windows: round k (from 1) of a one-round-per-window plan moves window k;
+// the sliced all_reduce moves window (k + 1) / 2 in rounds k = 2w - 1 (inputs) and 2w
+// (reduced slices).
 
 #include "coll/lane_plans.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "coll/reduce.hpp"
@@ -14,90 +17,176 @@ std::byte* bytes_of(const Tensor& t) {
   return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
 }
 
-// Windows of `window` bytes over `total` bytes: how many rounds, and round k's range.
-struct Windows {
-  std::size_t total, window;
-  std::uint64_t rounds() const { return total == 0 ? 1 : (total + window - 1) / window; }
-  std::size_t offset(std::uint64_t k) const { return (k - 1) * window; }
-  std::size_t length(std::uint64_t k) const {
-    const std::size_t off = offset(k);
-    return off >= total ? 0 : std::min(window, total - off);
-  }
-};
-
 void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
   if (n && to != from) std::memcpy(to, from, n);
 }
 
+// Member j's slice of `count` elements split as evenly as possible among n members.
+std::size_t slice_begin(std::size_t count, int n, int j) {
+  return count * static_cast<std::size_t>(j) / static_cast<std::size_t>(n);
+}
+
+// The members' slot data pointers for a reduction, at byte `offset` into each slot. Up to 16
+// members on the stack; larger worlds take the heap.
+class SlotInputs {
+ public:
+  SlotInputs(const ShmLane& lane, int n, std::size_t offset) {
+    const std::byte** p = n <= kInline ? inline_.data() : (heap_.resize(n), heap_.data());
+    for (int j = 0; j < n; ++j) p[j] = lane.data_of(j) + offset;
+    span_ = {p, static_cast<std::size_t>(n)};
+  }
+  std::span<const std::byte* const> span() const { return span_; }
+
+ private:
+  static constexpr int kInline = 16;
+  std::array<const std::byte*, kInline> inline_;  // filled up to n by the constructor
+  std::vector<const std::byte*> heap_;
+  std::span<const std::byte* const> span_;
+};
+
 }  // namespace
 
-void plan_broadcast(Schedule& sch, const ShmLane& lane, const Tensor& tensor, int root, int me) {
-  const Windows w{tensor.nbytes(), lane.slot_size()};
-  std::byte* data = bytes_of(tensor);
-  RoundPlan& p = sch.plan();
-  p.rounds = w.rounds();
-  if (me == root) {
-    p.write = [=](std::uint64_t k, std::byte* slot) { copy_bytes(slot, data + w.offset(k), w.length(k)); };
-  } else {
-    p.read = [=](std::uint64_t k, const std::vector<const std::byte*>& slots) {
-      copy_bytes(data + w.offset(k), slots[root], w.length(k));
-    };
+std::uint64_t LanePlan::rounds() const {
+  const std::uint64_t windows = total == 0 ? 1 : (total + window - 1) / window;
+  return sliced ? 2 * windows : windows;
+}
+
+std::byte* LanePlan::part(int j) const {
+  return list ? bytes_of((*list)[static_cast<std::size_t>(j)]) : base + j * stride;
+}
+
+void LanePlan::write(std::uint64_t k, std::byte* slot) const {
+  const std::uint64_t w = sliced ? (k + 1) / 2 : k;  // window number, from 1
+  const std::size_t off = (w - 1) * window;
+  const std::size_t len = off >= total ? 0 : std::min(window, total - off);
+  switch (what) {
+    case What::None: return;
+    case What::Broadcast:
+      if (me == root) copy_bytes(slot, data + off, len);
+      return;
+    case What::Reduce: {
+      if (!sliced || k % 2 == 1) {
+        copy_bytes(slot, data + off, len);
+        return;
+      }
+      // Round 2 of a window: this member's slice, reduced from every member's round-1 slot
+      // (data_of() is still round 1's here, and intact: ShmLane's protocol lets round r+1's
+      // write phase read round r's slots).
+      const std::size_t es = element_size(dtype);
+      const std::size_t count = len / es;
+      const std::size_t b = slice_begin(count, n, me), e = slice_begin(count, n, me + 1);
+      const SlotInputs inputs(*lane, n, b * es);
+      reduce_in_order(op, dtype, inputs.span(), slot + b * es, e - b, n);
+      return;
+    }
+    case What::AllGather: copy_bytes(slot, in + off, len); return;
+    case What::ReduceScatter:
+      for (int j = 0; j < n; ++j) copy_bytes(slot + j * window, part(j) + off, len);
+      return;
   }
 }
 
-void plan_reduce(Schedule& sch, const ShmLane& lane, const Tensor& tensor, ReduceOp op, int root,
-                 int me) {
-  const std::size_t es = element_size(tensor.dtype());
-  const Windows w{tensor.nbytes(), lane.slot_size() / 8 * 8};
-  std::byte* data = bytes_of(tensor);
-  const DType dtype = tensor.dtype();
-  const int n = lane.world();
-  RoundPlan& p = sch.plan();
-  p.rounds = w.rounds();
-  p.write = [=](std::uint64_t k, std::byte* slot) { copy_bytes(slot, data + w.offset(k), w.length(k)); };
-  if (root < 0 || root == me) {
-    // This member's own input for the window is in its slot already: the tensor may be
-    // overwritten. Every member evaluates the same expression over the same bytes.
-    p.read = [=](std::uint64_t k, const std::vector<const std::byte*>& slots) {
-      reduce_in_order(op, dtype, slots, data + w.offset(k), w.length(k) / es, n);
-    };
+void LanePlan::read(std::uint64_t k) const {
+  const ShmLane& slots = *lane;
+  const std::uint64_t w = sliced ? (k + 1) / 2 : k;
+  const std::size_t off = (w - 1) * window;
+  const std::size_t len = off >= total ? 0 : std::min(window, total - off);
+  const std::size_t es = element_size(dtype);
+  switch (what) {
+    case What::None: return;
+    case What::Broadcast:
+      if (me != root) copy_bytes(data + off, slots.data_of(root), len);
+      return;
+    case What::Reduce: {
+      if (root >= 0 && root != me) return;  // only the root's tensor is written
+      if (!sliced) {
+        // This member's own input for the window is in its slot already: the tensor may be
+        // overwritten. Every member evaluates the same expression over the same bytes.
+        const SlotInputs inputs(slots, n, 0);
+        reduce_in_order(op, dtype, inputs.span(), data + off, len / es, n);
+        return;
+      }
+      if (k % 2 == 1) return;  // the slices are reduced in the next round's write
+      const std::size_t count = len / es;
+      for (int j = 0; j < n; ++j) {
+        const std::size_t b = slice_begin(count, n, j) * es, e = slice_begin(count, n, j + 1) * es;
+        copy_bytes(data + off + b, slots.data_of(j) + b, e - b);
+      }
+      return;
+    }
+    case What::AllGather:
+      for (int j = 0; j < n; ++j) copy_bytes(part(j) + off, slots.data_of(j), len);
+      return;
+    case What::ReduceScatter: {
+      const SlotInputs inputs(slots, n, static_cast<std::size_t>(me) * window);
+      reduce_in_order(op, dtype, inputs.span(), data + off, len / es, n);
+      return;
+    }
   }
 }
 
-void plan_all_gather(Schedule& sch, const ShmLane& lane, const Tensor& input,
-                     const std::vector<Tensor>& outputs) {
-  const Windows w{input.nbytes(), lane.slot_size()};
-  const std::byte* in = bytes_of(input);
-  std::vector<std::byte*> out;
-  for (const Tensor& t : outputs) out.push_back(bytes_of(t));
-  RoundPlan& p = sch.plan();
-  p.rounds = w.rounds();
-  p.write = [=](std::uint64_t k, std::byte* slot) { copy_bytes(slot, in + w.offset(k), w.length(k)); };
-  p.read = [=](std::uint64_t k, const std::vector<const std::byte*>& slots) {
-    for (std::size_t j = 0; j < out.size(); ++j) copy_bytes(out[j] + w.offset(k), slots[j], w.length(k));
-  };
+LanePlan plan_broadcast(const ShmLane& lane, const Tensor& tensor, int root, int me) {
+  LanePlan p;
+  p.lane = &lane;
+  p.what = LanePlan::What::Broadcast;
+  p.n = lane.world();
+  p.me = me;
+  p.root = root;
+  p.total = tensor.nbytes();
+  p.window = lane.slot_size();
+  p.data = bytes_of(tensor);
+  return p;
 }
 
-void plan_reduce_scatter(Schedule& sch, const ShmLane& lane, const std::vector<Tensor>& parts,
-                         const Tensor& output, ReduceOp op, int me) {
-  const int n = lane.world();
-  const std::size_t es = element_size(output.dtype());
+LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int root, int me) {
+  LanePlan p;
+  p.lane = &lane;
+  p.what = LanePlan::What::Reduce;
+  p.op = op;
+  p.dtype = tensor.dtype();
+  p.n = lane.world();
+  p.me = me;
+  p.root = root;
+  p.total = tensor.nbytes();
+  p.window = lane.slot_size() / 8 * 8;  // whole elements of every dtype
+  p.sliced = p.n > 1 && p.total > kSliceThreshold;
+  p.data = bytes_of(tensor);
+  return p;
+}
+
+LanePlan plan_all_gather(const ShmLane& lane, const Tensor& input,
+                         const std::vector<Tensor>* outputs, std::byte* base) {
+  LanePlan p;
+  p.lane = &lane;
+  p.what = LanePlan::What::AllGather;
+  p.n = lane.world();
+  p.me = lane.rank();
+  p.total = input.nbytes();
+  p.window = lane.slot_size();
+  p.in = bytes_of(input);
+  p.list = outputs;
+  p.base = base;
+  p.stride = input.nbytes();
+  return p;
+}
+
+LanePlan plan_reduce_scatter(const ShmLane& lane, const std::vector<Tensor>* parts,
+                             std::byte* base, const Tensor& output, ReduceOp op, int me) {
+  LanePlan p;
+  p.lane = &lane;
+  p.what = LanePlan::What::ReduceScatter;
+  p.op = op;
+  p.dtype = output.dtype();
+  p.n = lane.world();
+  p.me = me;
+  p.total = output.nbytes();
   // Each round carries one window of every part: n windows side by side in the slot.
-  const Windows w{output.nbytes(), std::max<std::size_t>(lane.slot_size() / n / 8 * 8, 8)};
-  std::vector<const std::byte*> in;
-  for (const Tensor& t : parts) in.push_back(bytes_of(t));
-  std::byte* out = bytes_of(output);
-  const DType dtype = output.dtype();
-  RoundPlan& p = sch.plan();
-  p.rounds = w.rounds();
-  p.write = [=](std::uint64_t k, std::byte* slot) {
-    for (int j = 0; j < n; ++j) copy_bytes(slot + j * w.window, in[j] + w.offset(k), w.length(k));
-  };
-  p.read = [=](std::uint64_t k, const std::vector<const std::byte*>& slots) {
-    std::vector<const std::byte*> mine(n);
-    for (int r = 0; r < n; ++r) mine[r] = slots[r] + me * w.window;
-    reduce_in_order(op, dtype, mine, out + w.offset(k), w.length(k) / es, n);
-  };
+  p.window = std::max<std::size_t>(lane.slot_size() / p.n / 8 * 8, 8);
+  p.data = bytes_of(output);
+  p.list = parts;
+  p.base = base;
+  p.stride = output.nbytes();
+  return p;
 }
 
 }  // namespace shmdist::coll

@@ -1,26 +1,74 @@
-// Round plans of the collectives that move their data through the world lane (ShmLane).
-// Windows of at most slot_size() bytes go through the slots one round at a time, so any size
-// works; every member that reduces reads all members' slots in group-rank order, so results
-// are those of coll/reduce.hpp whatever the size.
+// Round plans of the collectives that move their data through the world lane (ShmLane), as
+// plain data: what each round writes into this member's slot and what it reads from all
+// members' slots (no std::function, no allocation). Windows of at most slot_size() bytes go
+// through the slots one round at a time, so any size works; every reduction reads the
+// members' contributions in group-rank order (coll/reduce.hpp), whatever the size.
+//
+// all_reduce (and reduce on its root) has two algorithms, chosen by size alike on every
+// member (the fingerprint's count agrees, so the choice does too):
+//   direct  (up to kSliceThreshold bytes): one round per window; every member copies its
+//           window in and reduces all members' windows straight into its output;
+//   sliced  (above): two rounds per window. Round 1: each member copies its window in and,
+//           once all have, reduces only its own slice (1/n of the window, member order as
+//           always) into its output. Round 2: each member copies its reduced slice in, and
+//           copies everybody else's reduced slices out. Each member reduces 1/n of the data
+//           instead of all of it.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include <shmdist/distributed.hpp>
 
-#include "coll/schedule.hpp"
+#include "coll/shm_lane.hpp"
 
 namespace shmdist::coll {
 
-void plan_broadcast(Schedule& sch, const ShmLane& lane, const Tensor& tensor, int root, int me);
+// all_reduce windows above this many bytes take the sliced algorithm.
+inline constexpr std::size_t kSliceThreshold = 64 * 1024;
+
+struct LanePlan {
+  enum class What : std::uint8_t { None, Broadcast, Reduce, AllGather, ReduceScatter };
+  What what = What::None;
+  const ShmLane* lane = nullptr;
+  ReduceOp op = ReduceOp::SUM;
+  DType dtype = DType::UInt8;
+  int n = 1;        // members (the world)
+  int me = 0;       // this member
+  int root = -1;    // Broadcast: src; Reduce: dst, -1 for all_reduce
+  bool sliced = false;  // Reduce: the sliced algorithm (two rounds per window)
+  std::size_t total = 0;   // bytes per member (ReduceScatter: of each part)
+  std::size_t window = 1;  // bytes per window
+  std::byte* data = nullptr;  // Broadcast/Reduce: the tensor; ReduceScatter: the output
+  const std::byte* in = nullptr;  // AllGather: the input
+  // AllGather: the outputs; ReduceScatter: the inputs. Part j is list[j] when `list` is set,
+  // else base + j * stride.
+  const std::vector<Tensor>* list = nullptr;
+  std::byte* base = nullptr;
+  std::size_t stride = 0;
+
+  std::uint64_t rounds() const;
+  // Round k (from 1): this member's payload into `slot` (its data bytes, after the header).
+  // May read round k-1's slots (lane->data_of() still names them).
+  void write(std::uint64_t k, std::byte* slot) const;
+  // Round k, once every member has published it: what this member takes from every
+  // member's slot data (lane->data_of(j), by group rank).
+  void read(std::uint64_t k) const;
+
+ private:
+  std::byte* part(int j) const;
+};
+
+LanePlan plan_broadcast(const ShmLane& lane, const Tensor& tensor, int root, int me);
 // root < 0: every member writes the result into `tensor` (all_reduce); otherwise only root.
-void plan_reduce(Schedule& sch, const ShmLane& lane, const Tensor& tensor, ReduceOp op, int root,
-                 int me);
-// outputs[j] receives member j's input (all_gather, all_gather_into_tensor's parts).
-void plan_all_gather(Schedule& sch, const ShmLane& lane, const Tensor& input,
-                     const std::vector<Tensor>& outputs);
-// parts[j] of every member are reduced into member j's output.
-void plan_reduce_scatter(Schedule& sch, const ShmLane& lane, const std::vector<Tensor>& parts,
-                         const Tensor& output, ReduceOp op, int me);
+LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int root, int me);
+// Part j of the output receives member j's input (all_gather: outputs[j]; all_gather_into_tensor:
+// list == nullptr, base = output, stride = input bytes).
+LanePlan plan_all_gather(const ShmLane& lane, const Tensor& input,
+                         const std::vector<Tensor>* outputs, std::byte* base);
+// Part j of every member's input is reduced into member j's output (list, or base + stride).
+LanePlan plan_reduce_scatter(const ShmLane& lane, const std::vector<Tensor>* parts,
+                             std::byte* base, const Tensor& output, ReduceOp op, int me);
 
 }  // namespace shmdist::coll

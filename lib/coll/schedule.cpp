@@ -6,10 +6,16 @@
 
 namespace shmdist::coll {
 
-std::string call_name(Kind kind, const GroupView& group, std::uint64_t seq) {
-  return std::string(kind_name(kind)) + " (call #" + std::to_string(seq) + " on " +
-         (group.id == 0 ? std::string("the world group") : "group #" + std::to_string(group.id)) +
-         ")";
+std::shared_ptr<detail::Operation> completed_collective() {
+  // One per thread (thread-mode ranks share the process), never pending: a Work on it
+  // waits for nothing and has no engine to ask.
+  thread_local const std::shared_ptr<detail::Operation> done = [] {
+    auto op = std::make_shared<detail::Operation>();
+    op->kind = detail::Operation::Kind::Collective;
+    op->complete();
+    return op;
+  }();
+  return done;
 }
 
 int step_tag(std::uint64_t seq, std::size_t step) {
@@ -19,21 +25,23 @@ int step_tag(std::uint64_t seq, std::size_t step) {
 }
 
 Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error)
-    : engine_(*setup.engine),
-      group_(setup.group),
-      seq_(setup.seq),
-      call_(std::move(call)),
-      own_error_(std::move(error)),
-      what_(call_name(static_cast<Kind>(call_.fp.kind), group_, seq_)) {
-  const int n = group_.size();
-  call_.fp.seq = seq_;
-  call_.fp.group_size = static_cast<std::uint32_t>(n);
-  call_.fp.rejected = own_error_ ? 1 : 0;
-  own_wire_.resize(wire_size(n));
-  encode(call_, n, own_wire_.data());
-  if (setup.lane && wire_size(n) <= setup.lane->slot_size()) {
-    lane_ = setup.lane;
-    phase_ = LanePhase::Queued;
+    : engine_(*setup.engine), members_(setup.group.members.begin(), setup.group.members.end()) {
+  const int n = static_cast<int>(members_.size());
+  ctx_.group = setup.group;
+  ctx_.group.members = members_;
+  ctx_.seq = setup.seq;
+  ctx_.call = std::move(call);
+  ctx_.call.fp.seq = setup.seq;
+  ctx_.call.fp.group_size = static_cast<std::uint32_t>(n);
+  ctx_.call.fp.rejected = error ? 1 : 0;
+  ctx_.own_error = std::move(error);
+  if (has_splits(static_cast<Kind>(ctx_.call.fp.kind)) || !setup.lane) {
+    own_wire_.resize(wire_size(n));
+    encode(ctx_.call, n, own_wire_.data());
+  }
+  if (setup.lane && (!has_splits(static_cast<Kind>(ctx_.call.fp.kind)) ||
+                     wire_size(n) <= setup.lane->slot_size())) {
+    lane_.emplace(*setup.lane, ctx_, LanePlan{}, std::span<const std::byte>(own_wire_));
     return;
   }
   Step& exchange = add_step();
@@ -41,12 +49,29 @@ Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<s
   const Tensor own = Tensor::from_blob(own_wire_.data(),
                                        {static_cast<std::int64_t>(own_wire_.size())}, kUInt8);
   for (int j = 0; j < n; ++j) {
-    if (j == group_.me) continue;
+    if (j == ctx_.group.me) continue;
     wires_[j] = empty({static_cast<std::int64_t>(own_wire_.size())}, kUInt8);
-    exchange.transfers.push_back({Transfer::Dir::Send, group_.members[j], own});
-    exchange.transfers.push_back({Transfer::Dir::Recv, group_.members[j], wires_[j]});
+    exchange.transfers.push_back({Transfer::Dir::Send, members_[j], own});
+    exchange.transfers.push_back({Transfer::Dir::Recv, members_[j], wires_[j]});
   }
   exchange.after = [this] { judge_exchange(); };
+}
+
+void Schedule::set_plan(const LanePlan& plan) {
+  LanePlan& p = lane_->plan();
+  p = plan;
+  if (plan.list) {
+    list_ = *plan.list;
+    p.list = &list_;
+  }
+}
+
+void Schedule::adopt(const LaneCall& call) {
+  const LanePlan plan = lane_->plan();
+  lane_.emplace(call);
+  lane_->rebind(ctx_);
+  lane_->plan().list = plan.list;
+  adopted_ = true;
 }
 
 std::shared_ptr<detail::Operation> Schedule::start() {
@@ -55,45 +80,25 @@ std::shared_ptr<detail::Operation> Schedule::start() {
   handle_->engine = engine_.weak_from_this();
   handle_->task = weak_from_this();
   handle_->view.nbytes = bytes;
-  if (lane_) ticket_ = lane_->take_ticket();
+  if (lane_ && !adopted_) lane_->queue();
   auto handle = handle_;
   engine_.add_task(shared_from_this());
   return handle;
 }
 
 void Schedule::judge_exchange() {
-  const int n = group_.size();
+  const int n = ctx_.group.size();
   std::vector<CallDescription> calls(n);
   for (int j = 0; j < n; ++j)
-    calls[j] = j == group_.me ? call_ : decode(static_cast<const std::byte*>(wires_[j].data_ptr()), n);
-  judge(calls);
-}
-
-// Round 1's slot headers hold the fingerprints; all_to_all's counts are in its data.
-void Schedule::judge_lane() {
-  const int n = group_.size();
-  std::vector<CallDescription> calls(n);
-  for (int j = 0; j < n; ++j) {
-    if (j == group_.me) {
-      calls[j] = call_;
-      continue;
-    }
-    const std::byte* slot = lane_->slot_of(group_.members[j]);
-    std::memcpy(&calls[j].fp, slot, sizeof(Fingerprint));
-    if (calls[j].fp.magic == kFingerprintMagic && has_splits(static_cast<Kind>(calls[j].fp.kind)))
-      calls[j] = decode(slot + segment::kCollSlotHeader, n);
-  }
-  judge(calls);
-}
-
-void Schedule::judge(const std::vector<CallDescription>& calls) {
-  if (own_error_) throw InvalidArgument(*own_error_);
-  if (auto why = verdict(calls, group_.me, group_.members, what_)) throw InvalidArgument(*why);
+    calls[j] = j == ctx_.group.me ? ctx_.call
+                                  : decode(static_cast<const std::byte*>(wires_[j].data_ptr()), n);
+  judge(ctx_, calls);
 }
 
 void Schedule::start_step() {
   static const std::vector<int> no_candidates;
-  const engine::MatchKey key{group_.id, group_.sig, step_tag(seq_, step_), transport::kInternalChannel};
+  const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step_),
+                            transport::kInternalChannel};
   ops_.clear();
   op_peers_.clear();
   first_pending_ = 0;
@@ -111,73 +116,20 @@ void Schedule::start_step() {
 bool Schedule::advance() {
   if (finished_) return false;
   bool moved = false;
-  if (phase_ != LanePhase::Done) {
-    moved = advance_rounds();
-    if (phase_ != LanePhase::Done || finished_) return moved;
+  if (lane_ && !lane_->done()) {
+    try {
+      moved = lane_->advance();
+    } catch (...) {
+      finish(std::current_exception());
+      return true;
+    }
+    if (!lane_->done()) return moved;
     if (steps_.empty()) {
       finish(nullptr);
       return true;
     }
   }
   return advance_steps() || moved;
-}
-
-// The lane's rounds as a state machine that never blocks: each phase returns when what it
-// needs from the peers is not there yet, and resumes there on the next call.
-bool Schedule::advance_rounds() {
-  bool moved = false;
-  const int n = group_.size();
-  for (;;) {
-    switch (phase_) {
-      case LanePhase::Queued:
-        if (!lane_->is_turn(ticket_)) return moved;
-        phase_ = LanePhase::Writing;
-        [[fallthrough]];
-      case LanePhase::Writing: {
-        if (!lane_->can_write()) return moved;
-        std::byte* slot = lane_->next_slot();
-        std::memcpy(slot, &call_.fp, sizeof(Fingerprint));
-        std::byte* data = slot + segment::kCollSlotHeader;
-        if (round_k_ == 1 && has_splits(static_cast<Kind>(call_.fp.kind)))
-          std::memcpy(data, own_wire_.data(), own_wire_.size());
-        else if (!own_error_ && plan_.write)
-          plan_.write(round_k_, data);
-        lane_->publish();
-        phase_ = LanePhase::Waiting;
-        moved = true;
-        [[fallthrough]];
-      }
-      case LanePhase::Waiting: {
-        if (!lane_->all_arrived()) return moved;
-        try {
-          if (round_k_ == 1) judge_lane();
-          if (plan_.read) {
-            round_data_.resize(n);
-            for (int j = 0; j < n; ++j)
-              round_data_[j] = lane_->slot_of(group_.members[j]) + segment::kCollSlotHeader;
-            plan_.read(round_k_, round_data_);
-          }
-        } catch (...) {
-          lane_->release();
-          lane_->end_turn();
-          phase_ = LanePhase::Done;
-          finish(std::current_exception());
-          return true;
-        }
-        lane_->release();
-        moved = true;
-        if (round_k_++ == plan_.rounds) {
-          lane_->end_turn();
-          phase_ = LanePhase::Done;
-          return true;
-        }
-        phase_ = LanePhase::Writing;
-        break;
-      }
-      case LanePhase::Done:
-        return moved;
-    }
-  }
 }
 
 bool Schedule::advance_steps() {
@@ -213,8 +165,8 @@ bool Schedule::advance_steps() {
 
 void Schedule::awaited_peers(std::vector<int>& out) const {
   if (finished_) return;
-  if (phase_ == LanePhase::Writing || phase_ == LanePhase::Waiting) {
-    lane_->awaited(out, phase_ == LanePhase::Writing);
+  if (lane_ && !lane_->done()) {
+    lane_->awaited(out);
     return;
   }
   if (!step_started_) return;

@@ -3,9 +3,10 @@
 // move while their rank blocks elsewhere.
 //
 // On the world group, when the segment has a collective area, the agreement and (for the
-// collectives that have a plan for it) the data go through the lane instead (ShmLane): round
-// 1 carries every member's fingerprint in its slot header, so agreement costs no extra round
-// there; rounds follow the RoundPlan, then any point-to-point steps.
+// collectives that have a plan for it) the data go through the lane instead: the schedule
+// runs a LaneCall (coll/lane_call.hpp; round 1 carries every member's fingerprint in its slot
+// header, so agreement costs no extra round), then any point-to-point steps. Blocking calls
+// with a lane plan do not come here at all: they run their LaneCall in the caller's frame.
 //
 // Otherwise step 0 is the fingerprint exchange: each member sends its call's fingerprint to
 // every other member and receives theirs; then every member computes the same verdict
@@ -23,19 +24,10 @@
 #include <vector>
 
 #include "coll/fingerprint.hpp"
-#include "coll/shm_lane.hpp"
+#include "coll/lane_call.hpp"
 #include "engine/engine.hpp"
 
 namespace shmdist::coll {
-
-// The group a collective runs on, as the layer above resolved it.
-struct GroupView {
-  std::uint32_t id = 0;
-  std::uint32_t sig = 0;
-  std::vector<int> members;  // global ranks in group-rank order
-  int me = -1;               // this member's group rank
-  int size() const { return static_cast<int>(members.size()); }
-};
 
 // Everything a collective builder needs.
 struct CallSetup {
@@ -43,15 +35,7 @@ struct CallSetup {
   GroupView group;
   std::uint64_t seq = 0;  // per group, counted by every member alike
   ShmLane* lane = nullptr;  // the world group's lane, when the segment has one
-};
-
-// What a collective does on the lane: `rounds` rounds (>= 1); in round k (from 1) each member
-// writes its payload into its slot's data (at most the lane's slot_size() bytes), then reads
-// every member's slot data (by group rank, its own included).
-struct RoundPlan {
-  std::uint64_t rounds = 1;
-  std::function<void(std::uint64_t k, std::byte* data)> write;
-  std::function<void(std::uint64_t k, const std::vector<const std::byte*>& data)> read;
+  bool blocking = false;    // the caller waits for the result (not async_op)
 };
 
 struct Transfer {
@@ -73,8 +57,13 @@ class Schedule final : public engine::BackgroundTask,
   Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error);
 
   Step& add_step() { return steps_.emplace_back(); }
-  bool on_lane() const { return lane_ != nullptr; }
-  RoundPlan& plan() { return plan_; }
+  bool on_lane() const { return lane_.has_value(); }
+  // The lane's data plan (a collective that moves its data on the lane). A plan's `list`
+  // is copied into the schedule (keep_list) and pointed there.
+  void set_plan(const LanePlan& plan);
+  // A blocking call's LaneCall that could not finish in its frame (Timeout, PeerFailure):
+  // the schedule continues it in the background, from where it stands.
+  void adopt(const LaneCall& call);
   void keep(const Tensor& t) { kept_.push_back(t); }  // storage the steps' views point into
   std::uint64_t bytes = 0;                           // for hang reports
 
@@ -85,32 +74,22 @@ class Schedule final : public engine::BackgroundTask,
   bool finished() const override { return finished_; }
   void abandon(std::exception_ptr error) override { finish(std::move(error)); }
   void awaited_peers(std::vector<int>& out) const override;
-  std::string describe() const override { return what_; }
+  std::string describe() const override { return ctx_.name(); }
 
  private:
   void start_step();
   bool advance_steps();
   bool advance_rounds();
   void finish(std::exception_ptr error);
-  void judge(const std::vector<CallDescription>& calls);
   void judge_exchange();  // after step 0
-  void judge_lane();      // in round 1
-
-  enum class LanePhase : std::uint8_t { Queued, Writing, Waiting, Done };
-  ShmLane* lane_ = nullptr;
-  RoundPlan plan_;
-  std::uint64_t ticket_ = 0;
-  std::uint64_t round_k_ = 1;  // the plan's round in progress
-  LanePhase phase_ = LanePhase::Done;
-  std::vector<const std::byte*> round_data_;
 
   engine::Engine& engine_;
-  GroupView group_;
-  std::uint64_t seq_;
-  CallDescription call_;
-  std::optional<std::string> own_error_;
-  std::string what_;
+  std::vector<int> members_;  // ctx_.group.members points here
+  CallContext ctx_;
   std::vector<std::byte> own_wire_;
+  std::optional<LaneCall> lane_;
+  bool adopted_ = false;     // lane_ came from a blocking call (it has its ticket)
+  std::vector<Tensor> list_;  // the plan's list, when it has one
   std::vector<Tensor> wires_;  // peers' fingerprints, by group rank
   std::vector<Step> steps_;    // steps_[0] is the fingerprint exchange
   std::vector<Tensor> kept_;
@@ -125,6 +104,8 @@ class Schedule final : public engine::BackgroundTask,
 
 // "all_reduce (call #3 on the world group)"
 std::string call_name(Kind kind, const GroupView& group, std::uint64_t seq);
+// A completed collective's completion, for blocking calls that finished in their frame.
+std::shared_ptr<detail::Operation> completed_collective();
 // The internal-channel tag of a collective's step (barrier's round tags stay below it).
 int step_tag(std::uint64_t seq, std::size_t step);
 

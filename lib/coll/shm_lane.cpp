@@ -18,14 +18,6 @@ ShmLane::ShmLane(std::shared_ptr<segment::Segment> segment, int rank)
   round_ = ctl_[rank_]->arrived.load(std::memory_order_relaxed);
 }
 
-bool ShmLane::can_write() const {
-  const std::uint64_t next = round_ + 1;
-  if (next <= 2) return true;
-  for (int j = 0; j < world_; ++j)
-    if (j != rank_ && ctl_[j]->released.load(std::memory_order_acquire) < next - 2) return false;
-  return true;
-}
-
 void ShmLane::publish() {
   ++round_;
   arrived_scan_ = 0;
@@ -41,18 +33,9 @@ bool ShmLane::all_arrived() {
   return true;
 }
 
-void ShmLane::release() {
-  ctl_[rank_]->released.store(round_, std::memory_order_release);
-  wake_peers();
-}
-
-void ShmLane::awaited(std::vector<int>& out, bool writing) const {
-  for (int j = 0; j < world_; ++j) {
-    if (j == rank_) continue;
-    const bool waiting = writing ? round_ + 1 > 2 && ctl_[j]->released.load(std::memory_order_acquire) < round_ - 1
-                                 : ctl_[j]->arrived.load(std::memory_order_acquire) < round_;
-    if (waiting) out.push_back(j);
-  }
+void ShmLane::awaited(std::vector<int>& out) const {
+  for (int j = 0; j < world_; ++j)
+    if (j != rank_ && ctl_[j]->arrived.load(std::memory_order_acquire) < round_) out.push_back(j);
 }
 
 void ShmLane::wake_peers() {

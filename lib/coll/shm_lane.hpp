@@ -1,25 +1,33 @@
 // The world group's lane through the segment's collective area (segment/layout.hpp): each
-// rank owns two slots (alternating rounds) and two monotonically increasing 64-bit counters,
-// `arrived` and `released`, each on its own cache line and written only by its owner.
+// rank owns two slots (alternating rounds) and a monotonically increasing 64-bit counter
+// `arrived` on its own cache line, written only by its owner.
 //
 // A collective is one or more rounds; every member takes part in every round, and all
 // members number rounds alike (world collectives run on the lane one after another, in call
 // order, and members agree on how many rounds each takes, or all stop after round 1 when
 // their fingerprints disagree). Round r of this rank:
-//   1. wait until every peer has released round r-2 (they are done reading the slot of
-//      parity r%2 that round r overwrites);
-//   2. write the slot (header: the call's fingerprint; data: this round's payload);
-//   3. arrived = r (release), wake peers;
-//   4. wait until every peer has arrived at r (acquire), read their slots;
-//   5. released = r (release), wake peers.
+//   1. write its slot of parity r % 2 (header: the call's fingerprint; data: the payload),
+//      possibly computed from the members' round r-1 slots;
+//   2. arrived = r (release), wake peers;
+//   3. wait until every peer has arrived at r (acquire), read their round r slots.
+// There is no wait before writing and no "released" counter: a rank's arrived = r+1 says it
+// is done with round r's slots (it reads them only before that store), and a rank can start
+// round r+2 (overwriting its parity-r slot) only after its round r+1 ended, i.e. after it saw
+// every peer's arrived >= r+1.
 //
-// Memory orderings (C++ model): the payload is written with plain stores before the release
-// store of arrived = r; a reader's acquire load that sees arrived >= r synchronizes with it,
-// so the payload writes happen before its plain reads: no data race, the reader sees the
-// whole round. Symmetrically, a reader's plain reads of round r-2 are sequenced before its
-// release store released = r-2, and the writer's acquire load seeing it makes those reads
-// happen before the writer's overwrite in round r. Counters only increase, so a stale load
-// merely delays (it can never claim a round that did not happen), and no flag is reset.
+// Proof in the C++ memory model (W = a rank's plain writes of its round r slot, R = a peer's
+// plain reads of it):
+//   - W happen before R: W is sequenced before the writer's release store arrived = r; the
+//     reader's acquire load that returns a value >= r reads from that store or a later one
+//     of the same release sequence (only the owner stores, monotonically), so it
+//     synchronizes with it, and R is sequenced after that load. No data race, and R sees W.
+//   - R (in the reader's round r or in its round r+1 write phase) happen before the writer's
+//     next writes W' of that slot (round r+2): R is sequenced before the reader's release
+//     store arrived = r+1; W' is sequenced after the writer's acquire load that returned a
+//     value >= r+1 (its round r+1 wait), which therefore synchronizes with that store. So R
+//     never races with W', and R reads round r's bytes, not round r+2's.
+//   - Counters only increase, so a stale load merely delays (it can never claim a round that
+//     did not happen), and no flag is ever reset.
 // Waking: after each release store the rank issues the doorbell protocol's notifier half
 // (seq_cst fence, then wake every armed peer: wait/doorbell.hpp explains why no wake-up is
 // lost against a waiter that arms, fences and re-checks these counters in the engine's
@@ -27,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "segment/segment.hpp"
@@ -47,19 +56,17 @@ class ShmLane {
   void end_turn() { ++served_; }
 
   std::uint64_t round() const { return round_; }  // the last round this rank published
-  // Step 1 for round() + 1.
-  bool can_write() const;
   // This rank's slot for round() + 1: its header line, then slot_size() data bytes.
   std::byte* next_slot() const { return seg_->coll_slot(rank_, (round_ + 1) & 1); }
-  // Step 3: publishes round() + 1.
+  // Step 2: publishes round() + 1.
   void publish();
-  // Step 4 for round().
+  // Step 3 for round(): whether every peer has published it.
   bool all_arrived();
+  // Member `rank`'s slot for round() (header), and its data.
   const std::byte* slot_of(int rank) const { return seg_->coll_slot(rank, round_ & 1); }
-  // Step 5 for round().
-  void release();
+  const std::byte* data_of(int rank) const { return slot_of(rank) + segment::kCollSlotHeader; }
   // Peers this rank waits for right now (global ranks).
-  void awaited(std::vector<int>& out, bool writing) const;
+  void awaited(std::vector<int>& out) const;
 
  private:
   void wake_peers();

@@ -82,4 +82,10 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
   }
 }
 
+template <class Done>
+void Engine::wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes) {
+  WaitFocus focus{kBlockedCollective, -1, nullptr, {}, bytes, &task};
+  if (!block_until(done, focus, timeout_)) throw_timeout(focus, timeout_);
+}
+
 }  // namespace shmdist::engine

@@ -86,6 +86,13 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // Registers a task that progress() drives until it is finished, and advances it once.
   void add_task(std::shared_ptr<BackgroundTask> task);
+  // A blocking collective that drives itself in its caller's frame (lib/coll/): spins, then
+  // sleeps, until done() returns true, making progress on everything else meanwhile. `task`
+  // (not registered) names the call and whom it waits for, for Timeout and PeerFailure texts
+  // and peer checks. Throws Timeout after the process group's timeout, PeerFailure as every
+  // wait does, and whatever done() throws. Defined in engine/block_until.hpp.
+  template <class Done>
+  void wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes);
 
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;

@@ -9,7 +9,8 @@ namespace {
 
 // Every member counts the group's collectives alike (they call them in the same order), so
 // the count names the call in fingerprints and keeps concurrent calls' messages apart.
-coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* call) {
+coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* call,
+                      bool blocking) {
   const detail::GroupInfo& info = detail::member_group(s, group, call);
   coll::CallSetup setup;
   setup.engine = s.engine.get();
@@ -19,6 +20,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.group.me = info.my_rank;
   setup.seq = ++s.collective_seq[info.id];
   if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
+  setup.blocking = blocking;
   return setup;
 }
 
@@ -27,7 +29,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
 // Blocking calls wait here (and rethrow the collective's error); async ones return at once.
 #define SHMDIST_COLLECTIVE(call, ...)                                   \
   Impl& s = impl();                                                     \
-  auto done = coll::call(setup(s, group, #call), __VA_ARGS__);          \
+  auto done = coll::call(setup(s, group, #call, !async_op), __VA_ARGS__); \
   if (!async_op) s.engine->wait(*done, std::nullopt);                   \
   return Work(std::move(done))
 
@@ -85,7 +87,7 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
   if (timeout.count() < 0)
     throw InvalidArgument("monitored_barrier: the timeout " + std::to_string(timeout.count()) +
                           " ms is negative");
-  coll::monitored_barrier(setup(s, group, "monitored_barrier"), timeout, wait_all_ranks);
+  coll::monitored_barrier(setup(s, group, "monitored_barrier", true), timeout, wait_all_ranks);
 }
 
 

@@ -164,14 +164,16 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 2 * kLine);
 
-// The collective area's round counters of one rank (lib/coll/shm_lane.hpp has the protocol).
-// Both only ever increase (64-bit: they never wrap), so no flag is ever reset and a reader
-// can never mistake an old round for a new one.
+// The collective area's round counter of one rank (lib/coll/shm_lane.hpp has the protocol).
+// It only ever increases (64-bit: it never wraps), so no flag is ever reset and a reader can
+// never mistake an old round for a new one.
 struct CollControl {
-  // Written by the owner only: rounds whose data (slot header and payload) it has written.
+  // Written by the owner only: rounds whose data (slot header and payload) it has written;
+  // arrived = r+1 also says it has finished reading every slot of round r.
   alignas(kLine) std::atomic<std::uint64_t> arrived;
-  // Written by the owner only: rounds in which it has finished reading every slot.
-  alignas(kLine) std::atomic<std::uint64_t> released;
+  // Unused since layout version 4 (it was a "released" counter, which `arrived` implies);
+  // kept so that the area's size and offsets stay as documented.
+  alignas(kLine) std::atomic<std::uint64_t> unused;
 };
 static_assert(sizeof(CollControl) == 2 * kLine);
 

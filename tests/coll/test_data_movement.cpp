@@ -3,6 +3,9 @@
 // sub-groups and on overlapping groups.
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "coll_support.hpp"
 #include "support/shm_check.hpp"
 
@@ -166,6 +169,32 @@ BOOST_AUTO_TEST_CASE(invalid_arguments_on_one_member) {
                                 {"not a member"}, "non-member");
       pg.all_reduce(t);
       RANK_REQUIRE(t.equal(dist::full({4}, 3, dist::kInt32)));
+    }, p2p::job_options(mode));
+  }
+}
+
+// The world lane reuses each rank's two slots every other round, with no "released" flag:
+// back-to-back calls of one and of many rounds (direct and sliced all_reduce, windows far
+// beyond a slot), with a different member lagging each time, must never let a fast member
+// overwrite a slot a slow one still reads. Every result is checked exactly.
+BOOST_AUTO_TEST_CASE(back_to_back_lane_calls_with_members_lagging_in_turn) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(3, [](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      const std::int64_t sizes[] = {1, 3000, 20000, 150000};  // float32: 4 B .. 600 KB
+      for (int it = 0; it < 24; ++it) {
+        const std::int64_t n = sizes[it % 4];
+        if (it % 3 == me) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        Tensor t = dist::empty({n}, dist::kFloat32);
+        float* p = t.data<float>();
+        for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((i % 101) * 4 + me + it);
+        pg.all_reduce(t);
+        for (std::int64_t i = 0; i < n; ++i)
+          RANK_REQUIRE_EQ(p[i], static_cast<float>((i % 101) * 12 + 3 + 3 * it));
+        Tensor b = dist::full({n}, me == it % 3 ? it : -1, dist::kInt32);
+        pg.broadcast(b, it % 3);
+        RANK_REQUIRE(b.equal(dist::full({n}, it, dist::kInt32)));
+      }
     }, p2p::job_options(mode));
   }
 }
