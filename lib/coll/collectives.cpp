@@ -151,6 +151,22 @@ void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor 
   };
 }
 
+// sends[j] goes to member j and recvs[j] comes from it; this member's own pair is a local copy
+// (all_gather, all_gather_into_tensor and the all_to_alls over point-to-point).
+void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
+              const std::vector<Tensor>& recvs) {
+  Step& step = sch.add_step();
+  for (int j = 0; j < b.n(); ++j) {
+    sch.keep(sends[j]);
+    sch.keep(recvs[j]);
+    if (j == b.me()) continue;
+    send(step, b.members()[j], sends[j]);
+    recv(step, b.members()[j], recvs[j]);
+  }
+  Tensor from = sends[b.me()], to = recvs[b.me()];
+  step.after = [from, to] { copy_elements(from, to); };
+}
+
 Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
   sch->bytes = bytes;
   return sch->start();
@@ -296,18 +312,7 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, &outputs, nullptr),
                        input.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(input); });
   auto sch = b.make();
-  if (b.ok()) {
-    sch->keep(input);
-    Step& step = sch->add_step();
-    for (int j = 0; j < b.n(); ++j) {
-      sch->keep(outputs[j]);
-      if (j == b.me()) continue;
-      send(step, b.members()[j], input);
-      recv(step, b.members()[j], outputs[j]);
-    }
-    Tensor own = outputs[b.me()];
-    step.after = [input, own] { copy_elements(input, own); };
-  }
+  if (b.ok()) exchange(*sch, b, std::vector<Tensor>(b.n(), input), outputs);
   return finish(sch, b.ok() ? input.nbytes() * b.n() : 0);
 }
 
@@ -332,16 +337,10 @@ Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tens
   auto sch = b.make();
   if (b.ok()) {
     const std::int64_t k = input.numel();
-    sch->keep(input);
+    std::vector<Tensor> parts;
+    for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(output, j * k, k));
     sch->keep(output);
-    Step& step = sch->add_step();
-    for (int j = 0; j < b.n(); ++j) {
-      if (j == b.me()) continue;
-      send(step, b.members()[j], input);
-      recv(step, b.members()[j], view_of(output, j * k, k));
-    }
-    Tensor own = view_of(output, b.me() * k, k);
-    step.after = [input, own] { copy_elements(input, own); };
+    exchange(*sch, b, std::vector<Tensor>(b.n(), input), parts);
   }
   return finish(sch, b.ok() ? input.nbytes() * b.n() : 0);
 }
@@ -473,23 +472,6 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }
 
-namespace {
-// The common part of the all_to_alls: element ranges of `input` go to each member, ranges of
-// `output` come from each member (views already cut), own range copied locally.
-void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
-              const std::vector<Tensor>& recvs) {
-  Step& step = sch.add_step();
-  for (int j = 0; j < b.n(); ++j) {
-    sch.keep(sends[j]);
-    sch.keep(recvs[j]);
-    if (j == b.me()) continue;
-    send(step, b.members()[j], sends[j]);
-    recv(step, b.members()[j], recvs[j]);
-  }
-  Tensor from = sends[b.me()], to = recvs[b.me()];
-  step.after = [from, to] { copy_elements(from, to); };
-}
-}  // namespace
 
 Completion all_to_all(const CallSetup& s, std::vector<Tensor>& outputs,
                       const std::vector<Tensor>& inputs) {

@@ -149,7 +149,7 @@ LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int
   p.root = root;
   p.total = tensor.nbytes();
   p.window = lane.slot_size() / 8 * 8;  // whole elements of every dtype
-  p.sliced = p.n > 1 && p.total > kSliceThreshold;
+  p.sliced = p.n >= kSliceMinMembers && p.total > kSliceThreshold;
   p.data = bytes_of(tensor);
   return p;
 }

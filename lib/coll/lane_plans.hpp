@@ -4,15 +4,15 @@
 // through the slots one round at a time, so any size works; every reduction reads the
 // members' contributions in group-rank order (coll/reduce.hpp), whatever the size.
 //
-// all_reduce (and reduce on its root) has two algorithms, chosen by size alike on every
-// member (the fingerprint's count agrees, so the choice does too):
-//   direct  (up to kSliceThreshold bytes): one round per window; every member copies its
-//           window in and reduces all members' windows straight into its output;
-//   sliced  (above): two rounds per window. Round 1: each member copies its window in and,
+// all_reduce (and reduce) has two algorithms, chosen by size and group size alike on every
+// member (the fingerprints agree, so the choice does too):
+//   direct  (up to kSliceThreshold bytes, or 2 members): one round per window; every member
+//           copies its window in and reduces all members' windows straight into its output;
+//   sliced  (above, 3 members or more): two rounds per window. Round 1: each member copies its window in and,
 //           once all have, reduces only its own slice (1/n of the window, member order as
 //           always) into its output. Round 2: each member copies its reduced slice in, and
-//           copies everybody else's reduced slices out. Each member reduces 1/n of the data
-//           instead of all of it.
+//           copies everybody's reduced slices out. Each member reads about 2 windows' worth
+//           of slots instead of n (with 2 members both read 2: direct, with one round less).
 #pragma once
 
 #include <cstddef>
@@ -25,8 +25,10 @@
 
 namespace shmdist::coll {
 
-// all_reduce windows above this many bytes take the sliced algorithm.
+// all_reduce windows above this many bytes, in groups of at least kSliceMinMembers, take the
+// sliced algorithm.
 inline constexpr std::size_t kSliceThreshold = 64 * 1024;
+inline constexpr int kSliceMinMembers = 3;
 
 struct LanePlan {
   enum class What : std::uint8_t { None, Broadcast, Reduce, AllGather, ReduceScatter };

@@ -70,11 +70,18 @@ void check_reductions(dist::ProcessGroup& pg, const dist::Group& g, std::uint64_
 
 BOOST_FIXTURE_TEST_SUITE(reductions, ShmLeakCheck)
 
+// 3 members: both all_reduce algorithms of the world lane (direct up to 64 KiB, sliced above).
 BOOST_AUTO_TEST_CASE(bitwise_equal_to_the_sequential_reference_on_the_world) {
   for (auto mode : all_modes()) {
     expect_job_ok(3, [](dist::ProcessGroup& pg) { check_reductions(pg, {}, 1); },
                   p2p::job_options(mode, 64 * 1024));
   }
+}
+
+// 2 members: the direct algorithm at every size and the two-input kernel.
+BOOST_AUTO_TEST_CASE(bitwise_equal_with_two_members) {
+  expect_job_ok(2, [](dist::ProcessGroup& pg) { check_reductions(pg, {}, 300); },
+                p2p::job_options(Mode::Processes, 64 * 1024));
 }
 
 // A sub-group {3, 1, 2} of 5 (group ranks are the sorted global ranks), and world collectives
