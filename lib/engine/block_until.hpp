@@ -60,8 +60,14 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
     }
     for (;;) {
       const std::uint32_t token = transport_->arm();
-      const bool moved = progress(focus.peer, true);
-      if (moved || done()) {
+      bool ready = false;
+      try {
+        ready = progress(focus.peer, true) || done();  // done() may throw (wait_until)
+      } catch (...) {
+        transport_->disarm();
+        throw;
+      }
+      if (ready) {
         transport_->disarm();
         break;  // back to spinning: more is likely to follow
       }
