@@ -171,7 +171,7 @@ struct CollControl {
   // Written by the owner only: rounds whose data (slot header and payload) it has written;
   // arrived = r+1 also says it has finished reading every slot of round r.
   alignas(kLine) std::atomic<std::uint64_t> arrived;
-  // Unused since layout version 5 (it was a "released" counter, which `arrived` implies);
+  // Unused since layout version 6 (it was a "released" counter, which `arrived` implies);
   // kept so that the area's size and offsets stay as documented.
   alignas(kLine) std::atomic<std::uint64_t> unused;
 };
