@@ -23,7 +23,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 6;
+inline constexpr std::uint32_t kLayoutVersion = 7;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -171,7 +171,7 @@ struct CollControl {
   // Written by the owner only: rounds whose data (slot header and payload) it has written;
   // arrived = r+1 also says it has finished reading every slot of round r.
   alignas(kLine) std::atomic<std::uint64_t> arrived;
-  // Unused since layout version 6 (it was a "released" counter, which `arrived` implies);
+  // Unused since layout version 7 (it was a "released" counter, which `arrived` implies);
   // kept so that the area's size and offsets stay as documented.
   alignas(kLine) std::atomic<std::uint64_t> unused;
 };
