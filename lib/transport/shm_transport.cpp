@@ -240,8 +240,16 @@ void ShmTransport::clear_hint_if_empty(int src) {
   word.fetch_and(~bit, std::memory_order_relaxed);
   // Senders may use a light F_n towards us when our doorbell announced heavy fences: then
   // this fence must be heavy too (membarrier), else a full one.
-  if (asymmetric_fences_) wait::heavy_fence();
-  else std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (asymmetric_fences_) {
+    if (!wait::heavy_fence()) [[unlikely]] {
+      // No membarrier: a sender that used a light fence may not have seen our clear, so
+      // keep the hint set (a spurious hint costs one empty look; a lost one, a stall).
+      word.fetch_or(bit, std::memory_order_relaxed);
+      return;
+    }
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
   inbound_[src].empty_polls = 0;
   if (consumers_[src].peek() != nullptr) word.fetch_or(bit, std::memory_order_relaxed);
 }
