@@ -27,6 +27,7 @@ ProcessGroupShm::ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c1
       store_(std::move(store)),
       job_(std::move(job)),
       members_(std::move(members)),
+      source_map_(std::make_shared<const std::vector<int>>(members_)),
       group_(std::move(group)),
       control_(std::move(control)),
       timeout_(timeout),
@@ -68,7 +69,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recv(std::vector<at::Tensor>& te
   BoundTensor b = bind(single(tensors, "recv"), "recv");
   const int from = global_rank(src, "recv");
   auto work = make_work(c10d::OpType::RECV, {b.original}, c10d::kUnsetTimeout);
-  work->set_source_map(members_);
+  work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
   std::lock_guard lock(job_->mutex);
   work->add(job_->pg.irecv(b.view, from, group_, tag));
@@ -79,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Te
                                                               int tag) {
   BoundTensor b = bind(single(tensors, "recv"), "recv");
   auto work = make_work(c10d::OpType::RECVANYSOURCE, {b.original}, c10d::kUnsetTimeout);
-  work->set_source_map(members_);
+  work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
   std::lock_guard lock(job_->mutex);
   work->add(job_->pg.irecv(b.view, ANY_SOURCE, group_, tag));

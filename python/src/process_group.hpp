@@ -102,6 +102,7 @@ class ProcessGroupShm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;  // declared first: released after the job is destroyed
   std::shared_ptr<Job> job_;
   std::vector<int> members_;
+  std::shared_ptr<const std::vector<int>> source_map_;  // members_, shared with receives' Work
   Group group_;
   Group control_;
   std::chrono::milliseconds timeout_;

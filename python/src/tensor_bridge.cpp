@@ -61,8 +61,7 @@ BoundTensor bind(const at::Tensor& t, const char* op) {
   std::vector<std::int64_t> sizes(real.sizes().begin(), real.sizes().end());
   // The shmdist view keeps the torch tensor it points into alive, so an operation that
   // outlives its Work (a dropped isend) never touches freed memory.
-  auto owner = std::shared_ptr<void>(new at::Tensor(real),
-                                     [](void* p) { delete static_cast<at::Tensor*>(p); });
+  std::shared_ptr<void> owner = std::make_shared<at::Tensor>(real);  // one allocation
   b.view = Tensor::from_blob(real.data_ptr(), std::move(sizes), to_shmdist(t.scalar_type(), op),
                              std::move(owner));
   return b;

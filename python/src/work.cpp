@@ -32,10 +32,10 @@ void ShmWork::complete_locked() {
   for (auto& step : on_success_) step();
   on_success_.clear();
   for (const shmdist::Work& w : works_)
-    if (!members_.empty() && !w.is_send()) {
+    if (members_ && !w.is_send()) {
       const int global = w.source_rank();
-      const auto it = std::lower_bound(members_.begin(), members_.end(), global);
-      source_ = static_cast<int>(it - members_.begin());
+      const auto it = std::lower_bound(members_->begin(), members_->end(), global);
+      source_ = static_cast<int>(it - members_->begin());
     }
   works_.clear();
   finish();
@@ -68,12 +68,14 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
     if (!done()) {
       const bool explicit_limit = timeout != kNoTimeout;
       const auto limit = explicit_limit ? timeout : timeout_;
-      const auto deadline = Clock::now() + limit;
+      // Without a limit of its own the wait ends where shmdist's own timeout ends, and
+      // shmdist's Timeout says what was awaited; only other limits are checked here (and
+      // only they need the clock).
+      const bool own_limit = explicit_limit || limit != job_->pg.timeout();
+      const auto deadline = own_limit ? Clock::now() + limit : Clock::time_point{};
       try {
         for (shmdist::Work& w : works_) {
-          // Without a limit of its own the wait ends where shmdist's own timeout ends, and
-          // shmdist's Timeout says what was awaited; only other limits are checked here.
-          if (!explicit_limit && limit == job_->pg.timeout()) {
+          if (!own_limit) {
             w.wait();
             continue;
           }

@@ -29,7 +29,10 @@ class ShmWork : public c10d::Work {
   void add(shmdist::Work work) { works_.push_back(std::move(work)); }
   void on_success(std::function<void()> step) { on_success_.push_back(std::move(step)); }
   // For receives: maps the sender's global rank to the group rank torch expects.
-  void set_source_map(std::vector<int> members) { members_ = std::move(members); }
+  // (Shared with the process group: a receive copies no member list.)
+  void set_source_map(std::shared_ptr<const std::vector<int>> members) {
+    members_ = std::move(members);
+  }
 
   bool isCompleted() override;
   int sourceRank() const override;
@@ -48,7 +51,7 @@ class ShmWork : public c10d::Work {
   std::vector<shmdist::Work> works_;
   std::vector<std::function<void()>> on_success_;
   std::vector<at::Tensor> outputs_;
-  std::vector<int> members_;
+  std::shared_ptr<const std::vector<int>> members_;  // global ranks by group rank (receives)
   std::chrono::milliseconds timeout_;
   int source_ = -1;  // group rank of a completed receive's sender
 };
