@@ -21,6 +21,26 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # the expecttest stand-in, also in the spawned ranks
 
+def names_from(path):
+    with open(path) as f:
+        lines = (line.split("#", 1)[0].strip() for line in f)
+        return ["TestDistBackendWithSpawn." + n for n in lines if n]
+
+def take_own_options(argv):
+    """--world-size N and --list FILE, removed from argv before torch's modules parse it."""
+    if "--world-size" in argv:
+        i = argv.index("--world-size")
+        os.environ["WORLD_SIZE"] = argv[i + 1]
+        del argv[i:i + 2]
+    if "--list" in argv:
+        i = argv.index("--list")
+        names = names_from(argv[i + 1])
+        del argv[i:i + 2]
+        argv += names
+
+if __name__ == "__main__":
+    take_own_options(sys.argv)
+
 BACKEND = os.environ.setdefault("BACKEND", "shm")
 os.environ.setdefault("WORLD_SIZE", "2")
 if "TEMP_DIR" not in os.environ:  # the main process only: the ranks inherit it
@@ -36,29 +56,10 @@ from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
 
-
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
 
-
-def names_from(path):
-    with open(path) as f:
-        lines = (line.split("#", 1)[0].strip() for line in f)
-        return ["TestDistBackendWithSpawn." + n for n in lines if n]
-
-
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    if "--world-size" in argv:
-        i = argv.index("--world-size")
-        os.environ["WORLD_SIZE"] = argv[i + 1]
-        del argv[i:i + 2]
-    if "--list" in argv:
-        i = argv.index("--list")
-        names = names_from(argv[i + 1])
-        del argv[i:i + 2]
-        argv += names
-    sys.argv = [sys.argv[0]] + argv
     run_tests()
