@@ -6,12 +6,13 @@
 
 #include <shmdist/distributed.hpp>
 
+#include "engine/group_name.hpp"
+
 namespace shmdist::coll {
 
 std::string call_name(Kind kind, const GroupView& group, std::uint64_t seq) {
   return std::string(kind_name(kind)) + " (call #" + std::to_string(seq) + " on " +
-         (group.id == 0 ? std::string("the world group") : "group #" + std::to_string(group.id)) +
-         ")";
+         engine::group_name(group.id) + ")";
 }
 
 std::string CallContext::name() const {
