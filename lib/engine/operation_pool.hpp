@@ -72,7 +72,7 @@ struct PooledAllocator {
 #endif
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
-  void deallocate(T* p, std::size_t n) {
+  void deallocate(T* p, [[maybe_unused]] std::size_t n) {
 #if SHMDIST_POOL_OPERATIONS
     if (n == 1 && detail::BlockCache<sizeof(T)>::give(p)) return;
 #endif
