@@ -87,6 +87,7 @@ void LanePlan::write(std::uint64_t k, std::byte* slot) const {
 }
 
 void LanePlan::read(std::uint64_t k) const {
+  if (what == What::None) return;  // a plan without data (a barrier) may have no lane
   const ShmLane& slots = *lane;
   const std::uint64_t w = sliced ? (k + 1) / 2 : k;
   const std::size_t off = (w - 1) * window;
