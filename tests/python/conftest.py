@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -117,8 +118,19 @@ def torchrun(n, script, *args, timeout=240, env=None):
     # Debian's torch 1.13 on Python 3.11: torchrun's default --redirects/--tee of 0 fail
     # ("'NoneType' object has no attribute 'get'": enum.IntFlag iteration skips 0 there);
     # any nonzero value works, and 2 (stderr) leaves stdout as the program wrote it.
-    return run([PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                "--redirects", "2", "--tee", "2", str(script), *args], timeout, env)
+    #
+    # Not --standalone: it puts torchrun's rendezvous store on the fixed port 29400, so two
+    # torchrun jobs on one host at once (this suite in two checkouts) share one store, and
+    # when the other job ends first this one fails with "The connection to the C10d store
+    # has failed". These are --standalone's settings with a free port instead.
+    return run([PYTHON, "-m", "torch.distributed.run", *standalone_rendezvous(),
+                f"--nproc_per_node={n}", "--redirects", "2", "--tee", "2", str(script), *args],
+               timeout, env)
+
+
+def standalone_rendezvous(port=None):
+    return ["--nnodes=1", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port or free_port()}",
+            f"--rdzv_id={uuid.uuid4()}"]
 
 
 def start_env_ranks(n, script, *args, extra_env=None, init="env://"):

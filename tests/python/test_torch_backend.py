@@ -103,3 +103,21 @@ def test_kill_9_after_init_leaves_nothing():
     finally:
         os.killpg(procs[0].pid, signal.SIGKILL)
         _communicate(procs, 30)
+
+
+def test_torchrun_while_port_29400_is_taken():
+    """torchrun --standalone's rendezvous store sits on the fixed port 29400; the suite's
+    torchrun runs must not depend on it being free (another job may hold it, as here)."""
+    import socket
+    holder = socket.socket()
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 29400))
+        holder.listen()  # accepts connections and never answers, as a stranger's server
+    except OSError:
+        pass  # held by another job already: the case under test too
+    try:
+        script, n, expected = SEED_CASES[0]
+        check_seed(torchrun(n, SEEDS / script), script, expected)
+    finally:
+        holder.close()
