@@ -52,8 +52,9 @@ def _allow_monitored_barrier_on_shm():
         if c10d._rank_not_in_group(group) or c10d.get_backend(group) != BACKEND:
             return original(group, timeout, wait_all_ranks)
         group_to_use = c10d._get_default_group() if group is None else group
-        return group_to_use.monitored_barrier(timeout or c10d.default_pg_timeout,
-                                              wait_all_ranks=wait_all_ranks)
+        if timeout is None:  # as torch's: timedelta(0) is a timeout of 0, not "unset"
+            timeout = c10d.default_pg_timeout
+        return group_to_use.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
     monitored_barrier._shmdist = True
     monitored_barrier.__doc__ = original.__doc__

@@ -111,9 +111,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptio
 
 // Group rank 0 waits up to the timeout for every member, then releases them; every member
 // that took part raises naming the members that did not arrive (all of them with
-// wait_all_ranks), as gloo's does.
+// wait_all_ranks), as gloo's does. A timeout of 0 is given (it expires at once, as gloo's);
+// only torch's "unset" (-1 ms) means the group's timeout.
 void ProcessGroupShm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  const auto limit = opts.timeout.count() > 0 ? opts.timeout : timeout_;
+  const auto limit = opts.timeout != c10d::kUnsetTimeout ? opts.timeout : timeout_;
   std::lock_guard lock(job_->mutex);
   job_->pg.monitored_barrier(group_, limit, wait_all_ranks);
 }

@@ -85,10 +85,12 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
             TORCH_CHECK(false, "shm backend: ", c10d::opTypeToString(opType_),
                         " did not complete within the ", limit.count(),
                         " ms given to wait(); it is still pending");
-          throw Timeout("shm backend: " + c10d::opTypeToString(opType_) + " timed out after " +
+          // " timeout " as a word of its own: torch's tests (and users' code written for
+          // gloo) recognise a timeout by the regex " (Timed out|closed|timeout) ".
+          throw Timeout("shm backend: " + c10d::opTypeToString(opType_) +
+                        " timed out: not complete within the process group's timeout of " +
                         std::to_string(limit.count()) +
-                        " ms (the process group's timeout); check that every member of the "
-                        "group makes the matching call");
+                        " ms; check that every member of the group makes the matching call");
         }
         complete_locked();
       } catch (const c10::Error&) {

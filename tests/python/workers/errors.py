@@ -72,9 +72,20 @@ def a_wait_with_its_own_timeout_leaves_the_work_pending():
         dist.send(torch.full((1,), 5.0), dst=0, tag=90)
 
 
+def a_monitored_barrier_with_timeout_zero_expires_at_once():
+    # A group of its own: the other members never call it, so nothing else is thrown off.
+    # Read as "unset", a zero timeout would be this group's 5 s (the message names the limit).
+    group = dist.new_group(list(range(dist.get_world_size())), timeout=timedelta(seconds=5))
+    if RANK == 0:
+        expect_raises("not arrived within 0 ms",
+                      lambda: dist.monitored_barrier(group, timeout=timedelta(0)))
+        expect_raises("not arrived within 0 ms", lambda: group.monitored_barrier(timedelta(0)))
+
+
 run_checks([non_cpu_tensors_are_refused, sparse_tensors_are_refused, quantized_tensors_are_refused,
             shmdist_errors_are_runtime_errors, mismatched_collectives_raise_on_every_rank,
-            a_receive_times_out, a_wait_with_its_own_timeout_leaves_the_work_pending])
+            a_receive_times_out, a_wait_with_its_own_timeout_leaves_the_work_pending,
+            a_monitored_barrier_with_timeout_zero_expires_at_once])
 dist.barrier()
 print(f"DONE rank={RANK}", flush=True)
 # The timed-out receive was matched later (tag 77); nothing is left unreceived.
