@@ -262,13 +262,45 @@ const std::vector<int>* Engine::intern_candidates(const std::vector<int>& candid
   return &candidate_lists_.emplace_back(candidates);
 }
 
+// A Work for an isend that left whole at once: one never-pending operation shared by all of
+// them (per process, never destroyed, read-only once built), referred to without ownership
+// (an aliasing shared_ptr with no control block), so such an isend allocates nothing and
+// touches no reference count. Its data is in the ring already: nothing needs keeping alive.
+std::shared_ptr<Operation> Engine::completed_send() {
+  static Operation* const done = [] {
+    auto* op = new Operation;  // intentionally never freed: Works may outlive everything
+    op->kind = Operation::Kind::Send;
+    op->complete();
+    return op;
+  }();
+  return std::shared_ptr<Operation>(std::shared_ptr<Operation>(), done);
+}
+
+// As send(): with nothing queued to `dst`, a message that goes into the ring whole needs no
+// Operation; otherwise what went out so far carries over into one.
 std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const MatchKey& key) {
+  transport::OutboundMessage out;
+  const bool first = send_queues_[dst].empty();
+  if (first) {
+    out.env = {rank_, key, tensor.dtype(), static_cast<std::uint64_t>(tensor.numel()),
+               tensor.nbytes()};
+    out.next = static_cast<const std::byte*>(tensor.data_ptr());
+    transport_->send_some(dst, out);
+    if (out.done()) [[likely]]
+      return completed_send();
+  }
   auto op = std::allocate_shared<Operation>(PooledAllocator<Operation>{});
   setup_send(*op, tensor, dst, key);
-  op->keep = tensor;
+  op->hold = tensor.storage_handle();
   op->engine = weak_from_this();
   op->keepalive = op;
-  start_send(*op);
+  if (first) {
+    op->out = out;
+    sending_to_.push_back(dst);
+    send_queues_[dst].push_back(op.get());
+  } else {
+    start_send(*op);
+  }
   return op;
 }
 
@@ -280,7 +312,7 @@ std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const Ma
   if (src < 0) op->candidates = intern_candidates(candidates);
   op->key = key;
   op->set_view(tensor);
-  op->keep = tensor;
+  op->hold = tensor.storage_handle();
   op->engine = weak_from_this();
   op->keepalive = op;
   post_receive(*op);

@@ -159,6 +159,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
   void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
   void start_send(Operation& op);
+  static std::shared_ptr<Operation> completed_send();
   bool push_sends();
   void withdraw_send(Operation& op);
   void drop_send(Operation& op, std::exception_ptr e);

@@ -37,8 +37,10 @@ struct Operation {
   int peer = -1;    // send: destination; receive: wanted source or -1 (any)
 
   // The memory the operation reads or fills. Blocking calls borrow the caller's tensor (it
-  // outlives the call); non-blocking ones also hold it in `keep`, so that a Work keeps the
-  // storage alive. A receive of any size allocates `keep` once it knows the size.
+  // outlives the call); non-blocking ones hold its storage in `hold`, so that a Work keeps the
+  // storage alive (the storage only: copying the Tensor would copy its shape vector, a
+  // malloc and a free per message). A receive of any size allocates `keep` once it knows the
+  // size.
   struct View {
     std::byte* data = nullptr;
     DType dtype = DType::UInt8;
@@ -46,6 +48,7 @@ struct Operation {
     std::uint64_t nbytes = 0;
   } view;
   Tensor keep;
+  std::shared_ptr<void> hold;
   void set_view(const Tensor& t) {
     view.data = static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
     view.dtype = t.dtype();

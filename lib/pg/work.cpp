@@ -28,12 +28,14 @@ std::shared_ptr<engine::Engine> engine_of(detail::Operation& op) {
 
 void Work::wait() {
   detail::Operation& op = checked(op_, "wait");
+  if (op.status == detail::Operation::Status::Done) return;  // no engine needed
   if (auto engine = engine_of(op)) engine->wait(op, std::nullopt);
   else if (op.status == detail::Operation::Status::Failed) std::rethrow_exception(op.error);
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   detail::Operation& op = checked(op_, "wait");
+  if (op.status == detail::Operation::Status::Done) return true;
   if (auto engine = engine_of(op)) return engine->wait(op, timeout);
   if (op.status == detail::Operation::Status::Failed) std::rethrow_exception(op.error);
   return true;
