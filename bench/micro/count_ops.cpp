@@ -11,6 +11,9 @@
 //   stream     rank 1 posts --window irecvs, rank 0 isends --window messages, both wait all
 //              (one OSU bw window without the ack): divide by the window for per message
 //   anysource  ranks 1..R-1 each send one message, rank 0 receives R-1 with ANY_SOURCE
+//   rate       rank 0 posts (R-1) * --window ANY_SOURCE irecvs, ranks 1..R-1 each isend
+//              --window messages, all wait for all (one window of the anysource message-rate
+//              loop without the acks): divide by (R-1) * window for per message
 // All through the public ProcessGroup API, as shmdist-bench does. The job is not destroyed
 // (that would wait for peers driven by this same thread): the process just exits.
 #include <cstdio>
@@ -38,7 +41,7 @@ struct Options {
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: shmdist-count pingpong|stream|anysource [--iterations=N] [--size=B] "
+               "usage: shmdist-count pingpong|stream|anysource|rate [--iterations=N] [--size=B] "
                "[--ranks=R] [--window=W]\n");
   std::exit(2);
 }
@@ -109,6 +112,22 @@ void stream(std::vector<ProcessGroup>& pg, const Options& o) {
   }
 }
 
+void rate(std::vector<ProcessGroup>& pg, const Options& o) {
+  std::vector<std::byte> a(o.size, std::byte{1}), b(o.size);
+  Tensor ta = bytes(a), tb = bytes(b);
+  std::vector<shmdist::Work> sends, recvs;
+  for (long i = 0; i < o.iterations; ++i) {
+    recvs.clear();
+    sends.clear();
+    for (int w = 0; w < (o.ranks - 1) * o.window; ++w)
+      recvs.push_back(pg[0].irecv(tb, shmdist::ANY_SOURCE));
+    for (int r = 1; r < o.ranks; ++r)
+      for (int w = 0; w < o.window; ++w) sends.push_back(pg[r].isend(ta, 0));
+    for (auto& s : sends) s.wait();
+    for (auto& r : recvs) r.wait();
+  }
+}
+
 void anysource(std::vector<ProcessGroup>& pg, const Options& o) {
   std::vector<std::byte> a(o.size, std::byte{1}), b(o.size);
   Tensor ta = bytes(a), tb = bytes(b);
@@ -127,6 +146,7 @@ int main(int argc, char** argv) {
     if (o.test == "pingpong") pingpong(pg, o);
     else if (o.test == "stream") stream(pg, o);
     else if (o.test == "anysource") anysource(pg, o);
+    else if (o.test == "rate") rate(pg, o);
     else usage();
     std::printf("%s: %ld iterations of %zu bytes done\n", o.test.c_str(), o.iterations, o.size);
     std::fflush(stdout);

@@ -2,7 +2,8 @@
 //
 // Phase 1 spins, making progress on everything (so a full ring's sender keeps draining its
 // own inbound rings, and streams in flight keep moving), for the SpinPolicy's time after the
-// last thing that moved. Phase 2 publishes what the call is blocked on (hang reports), arms
+// last thing that moved; with more ranks awake than CPUs it yields the CPU at every turn
+// that found nothing (and spins longer: a yield costs the others nothing). Phase 2 publishes what the call is blocked on (hang reports), arms
 // the doorbell, re-checks with a full scan and sleeps; it wakes when a peer rings, or every
 // health-check interval (100 ms) to look at peers' health, the job state and the deadline.
 // Data never waits for that interval: it always comes with a wake-up (wait/doorbell.hpp),
@@ -42,8 +43,15 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
         spin_until = Clock::now() + how.spin;
         continue;
       }
-      wait::cpu_relax();
-      if ((iter & 63) != 0) continue;
+      // Crowded (more ranks awake than CPUs): give the CPU away at every idle turn, as
+      // Open MPI's mpi_yield_when_idle does, so that a peer with work runs instead of us and
+      // nobody pays a futex wake-up for a reply that comes within the spin time.
+      if (how.yield) {
+        sched_yield();
+      } else {
+        wait::cpu_relax();
+        if ((iter & 63) != 0) continue;
+      }
       now = Clock::now();
       if (now >= deadline) return false;
       if (now >= next_check) {
@@ -51,7 +59,6 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
         next_check = now + spin_.health_check;
       }
       if (now >= spin_until) break;
-      if (how.yield) sched_yield();
     }
     // Phase 2: sleep on the doorbell (wait/doorbell.hpp explains why no wake-up is lost).
     if (!published) {

@@ -45,7 +45,7 @@ const std::array kVariables = {
                segment::check_ring_size(size, name);
                c.ring_size = size;
              }},
-    Variable{{"SHMDIST_SPIN_US", "0 to 1000000", "50 (2 when more ranks are awake than there are CPUs)",
+    Variable{{"SHMDIST_SPIN_US", "0 to 1000000", "50 (1000, yielding, when more ranks are awake than there are CPUs)",
               "microseconds a blocked call spins before it sleeps on its doorbell (0: sleep at once)"},
              [](Config& c, const char* name, const std::string& text) {
                c.spin_us = static_cast<long>(env::parse_int(

@@ -26,13 +26,18 @@ inline void cpu_relax() {
 // A futex sleep/wake costs 13-30 us one way on this class of VM and a cross-core hand-off
 // tens to hundreds of ns, so while every awake rank has a CPU, a blocked call spins long
 // enough to cover a typical turnaround. When more ranks are awake than there are CPUs, a
-// spinning rank steals the CPU its peer needs: it spins briefly, yielding, and sleeps soon.
+// pure spin would steal the CPU its peer needs, and sleeping at once makes every message
+// pay a futex wake-up (the waker's system call and the sleeper's trip through the
+// scheduler, both on the CPUs the talking ranks need): so a crowded rank calls sched_yield
+// at every idle turn (the CPU goes to a runnable peer at once; with nobody runnable it
+// comes straight back) for spin_crowded, long enough to cover a streaming peer's round of
+// work, and then sleeps. Open MPI's mpi_yield_when_idle yields the same way, without end.
 // "Awake" is counted live (SegmentHeader::sleeping), so 14 idle ranks asleep in a 16-rank
 // job do not slow the two that talk.
 struct SpinPolicy {
   int cpus = 1;                                        // CPUs the job's ranks share
   std::chrono::nanoseconds spin_alone{std::chrono::microseconds(50)};
-  std::chrono::nanoseconds spin_crowded{std::chrono::microseconds(2)};
+  std::chrono::nanoseconds spin_crowded{std::chrono::microseconds(1000)};
   // How often a blocked call looks at peers' health, the job state and its deadline, while
   // spinning or asleep (the job's configuration sets it: SHMDIST_HEALTH_CHECK_MS).
   std::chrono::milliseconds health_check{kDefaultHealthCheck};
