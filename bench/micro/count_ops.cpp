@@ -142,7 +142,7 @@ void anysource(std::vector<ProcessGroup>& pg, const Options& o) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
-    std::vector<ProcessGroup> pg = join_all(o.test == "anysource" ? o.ranks : 2);
+    std::vector<ProcessGroup> pg = join_all(o.test == "anysource" || o.test == "rate" ? o.ranks : 2);
     if (o.test == "pingpong") pingpong(pg, o);
     else if (o.test == "stream") stream(pg, o);
     else if (o.test == "anysource") anysource(pg, o);
