@@ -17,8 +17,20 @@ bool matches(const Operation& op, const transport::Envelope& env) {
   return op.key.routes(env.key) && (op.peer < 0 || op.peer == env.src);
 }
 
-// Why `op` cannot take `env` although the key matches; nullopt when it can.
-std::optional<std::string> incompatibility(const Operation& op, const transport::Envelope& env) {
+// Why `op` cannot take `env` although the key matches; nullopt when it can. The common case
+// (it can) is decided inline; only a mismatch builds the text, out of line.
+std::optional<std::string> explain_incompatibility(const Operation& op,
+                                                   const transport::Envelope& env);
+inline std::optional<std::string> incompatibility(const Operation& op,
+                                                  const transport::Envelope& env) {
+  if (op.key.group_sig == env.key.group_sig && (op.any_size || op.view.numel == env.numel))
+      [[likely]]
+    return std::nullopt;
+  return explain_incompatibility(op, env);
+}
+
+[[gnu::noinline]] std::optional<std::string> explain_incompatibility(
+    const Operation& op, const transport::Envelope& env) {
   if (op.key.group_sig != env.key.group_sig)
     return "the message from rank " + std::to_string(env.src) + " was sent on " +
            group_name(env.key.group_id) + " with different members than this rank's " +

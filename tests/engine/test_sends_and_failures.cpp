@@ -41,6 +41,63 @@ BOOST_AUTO_TEST_CASE(sends_leave_in_call_order) {
   BOOST_TEST(rig.wire->outbound[1][1].env.src == 0);
 }
 
+// An isend that leaves whole at once builds no operation: every such Work refers, without
+// owning it, to one shared operation that is never pending (a send, done).
+BOOST_AUTO_TEST_CASE(an_isend_that_leaves_whole_shares_one_completed_operation) {
+  Rig rig;
+  Op a = rig.engine->isend(tensor({1}), 1, user_key(1));
+  Op b = rig.engine->isend(arange(3), 2, user_key(2));
+  BOOST_REQUIRE(a);
+  BOOST_TEST(a.get() == b.get());
+  BOOST_TEST(a.use_count() == 0);  // no control block: nothing allocated, nothing counted
+  BOOST_TEST((a->status == detail::Operation::Status::Done));
+  BOOST_TEST((a->kind == detail::Operation::Kind::Send));
+  BOOST_TEST(rig.engine->wait(*a, std::nullopt));
+  BOOST_TEST(rig.engine->pending_operations() == 0u);
+  BOOST_REQUIRE(rig.wire->outbound[1].size() == 1u);
+  BOOST_TEST(as_tensor(rig.wire->outbound[1][0]).equal(tensor({1})));
+  BOOST_REQUIRE(rig.wire->outbound[2].size() == 1u);
+  BOOST_TEST(as_tensor(rig.wire->outbound[2][0]).equal(arange(3)));
+  // One that cannot leave whole gets an operation of its own, and stays in order.
+  rig.wire->room[1] = 4;
+  Op c = rig.engine->isend(arange(2), 1, user_key(3));
+  Op d = rig.engine->isend(tensor({5}), 1, user_key(4));
+  BOOST_TEST(c->pending());
+  BOOST_TEST(d->pending());
+  BOOST_TEST(c.get() != a.get());
+  rig.wire->room[1] = ~std::uint64_t{0};
+  BOOST_TEST(rig.engine->wait(*d, std::nullopt));
+  BOOST_TEST(!c->pending());
+  BOOST_REQUIRE(rig.wire->outbound[1].size() == 3u);
+  BOOST_TEST(as_tensor(rig.wire->outbound[1][1]).equal(arange(2)));
+  BOOST_TEST(as_tensor(rig.wire->outbound[1][2]).equal(tensor({5})));
+}
+
+// A pending isend or irecv keeps its tensor's storage alive after the caller dropped every
+// handle to the tensor (under AddressSanitizer a storage freed too early is a report).
+BOOST_AUTO_TEST_CASE(pending_operations_keep_the_storage_alive) {
+  Rig rig;
+  rig.wire->room[1] = 0;
+  Op send, recv;
+  {
+    Tensor out = arange(4);
+    Tensor in = zeros(3, kLong);
+    send = rig.engine->isend(out, 1, user_key(1));
+    recv = rig.irecv(in, 2, user_key(2));
+  }  // the only handles to both tensors are gone
+  BOOST_TEST(send->pending());
+  BOOST_TEST(recv->pending());
+  rig.wire->room[1] = ~std::uint64_t{0};
+  rig.arrive(2, tensor({7, 8, 9}), user_key(2));
+  BOOST_TEST(rig.engine->wait(*send, std::nullopt));
+  BOOST_TEST(rig.engine->wait(*recv, std::nullopt));
+  BOOST_REQUIRE(rig.wire->outbound[1].size() == 1u);
+  BOOST_TEST(as_tensor(rig.wire->outbound[1][0]).equal(arange(4)));
+  const auto* got = reinterpret_cast<const std::int64_t*>(recv->view.data);
+  BOOST_TEST(got[0] == 7);
+  BOOST_TEST(got[2] == 9);
+}
+
 // A blocking send that times out before its first byte left is dropped: nothing of it
 // leaves later.
 BOOST_AUTO_TEST_CASE(a_send_withdrawn_before_it_started_is_dropped) {
