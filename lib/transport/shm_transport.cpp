@@ -28,8 +28,12 @@ wait::DoorbellWords doorbell_of(RankControl& rc) {
 constexpr std::size_t kMinUsefulRecord = 4096;
 // Records taken from one ring per poll before moving on (fairness between sources).
 constexpr int kRecordsPerRingPerPoll = 32;
-// Hinted polls that found a ring empty before its hint is cleared.
-constexpr std::uint32_t kEmptyPollsBeforeClear = 64;
+// Hinted polls that found a ring empty before its hint is cleared. Clearing costs a heavy
+// fence (membarrier: an interrupt to every CPU running a rank), so a sender merely between
+// two windows of a stream must not lose its hint (with 15 senders streaming to one any-source
+// receiver, 64 cleared every sender's hint in every window); an idle peer still loses it
+// after well under a millisecond of polling, and a rank about to sleep clears all of them.
+constexpr std::uint32_t kEmptyPollsBeforeClear = 1024;
 
 // The first access to each page of a mapping can cost several microseconds even after the
 // page tables are populated (measured ~5 us per page on this VM class: the hypervisor's
