@@ -593,12 +593,20 @@ void monitored_barrier(const CallSetup& s, std::chrono::milliseconds timeout, bo
   if (!wait_all && missing.size() > 1) missing.erase(missing.begin() + 1, missing.end());
   std::string list;
   for (int m : missing) list += (list.empty() ? "" : ", ") + std::to_string(m);
-  throw Timeout(call_name(Kind::MonitoredBarrier, s.group, s.seq) + " on rank " +
-                std::to_string(s.engine->rank()) + ": " +
-                (missing.size() == 1 ? "rank " : "ranks ") + list +
-                (missing.size() == 1 ? " has" : " have") + " not arrived within " +
-                std::to_string(timeout.count()) + " ms" +
-                (wait_all ? "" : " (the first missing rank; pass wait_all_ranks=true for all)"));
+  const bool one = missing.size() == 1;
+  const std::string ms = std::to_string(timeout.count()) + " ms";
+  const std::string me = std::to_string(s.engine->rank());
+  // Our words first, then gloo's for the same event: code and tests written for gloo
+  // (torch's own among them) recognise a failed monitored barrier by gloo's sentences.
+  const std::string gloo_words =
+      timeout.count() == 0 ? "Rank " + me + " timed out in monitoredBarrier after 0 ms"
+                           : (one ? "Rank " : "Ranks ") + list +
+                                 " failed to pass monitoredBarrier in " + ms;
+  throw Timeout(call_name(Kind::MonitoredBarrier, s.group, s.seq) + " on rank " + me + ": " +
+                (one ? "rank " : "ranks ") + list + (one ? " has" : " have") +
+                " not arrived within " + ms +
+                (wait_all ? "" : " (the first missing rank; pass wait_all_ranks=true for all)") +
+                ". In gloo's words: " + gloo_words + ".");
 }
 
 }  // namespace shmdist::coll
