@@ -102,12 +102,12 @@ class Builder {
   }
 
   std::shared_ptr<Schedule> make() { return std::make_shared<Schedule>(s_, call_, error_); }
-  // The call as a blocking lane call sees it (only when ok()).
-  CallContext context() const {
+  // The call as a blocking lane call sees it (only when ok()), moved out of the builder.
+  CallContext take_context() {
     CallContext ctx;
     ctx.group = s_.group;
     ctx.seq = s_.seq;
-    ctx.call = call_;
+    ctx.call = std::move(call_);
     ctx.call.fp.seq = s_.seq;
     ctx.call.fp.group_size = static_cast<std::uint32_t>(n());
     return ctx;
@@ -187,6 +187,9 @@ class BlockedCall final : public engine::BackgroundTask {
   const CallContext& ctx_;
 };
 
+// Polls of the lane before a blocking call enters the engine's waiting loop.
+constexpr int kLanePolls = 256;
+
 // A collective whose data moves on the world lane (b.ok()). Blocking: in the caller's frame,
 // without allocating; if the wait ends early (Timeout, PeerFailure) the call goes on in a
 // background schedule, as every unfinished collective does. Async: a background schedule.
@@ -194,18 +197,27 @@ class BlockedCall final : public engine::BackgroundTask {
 template <class Keep>
 Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std::uint64_t bytes,
                        Keep&& keep) {
-  auto background = [&] {
+  if (!s.blocking) {
     auto sch = b.make();
+    keep(*sch);
+    sch->set_plan(plan);
+    return finish(sch, bytes);
+  }
+  const CallContext ctx = b.take_context();
+  auto background = [&] {  // the same call, as a Schedule (Schedule fills in seq and size)
+    auto sch = std::make_shared<Schedule>(s, ctx.call, std::nullopt);
     keep(*sch);
     sch->set_plan(plan);
     return sch;
   };
-  if (!s.blocking) return finish(background(), bytes);
-  const CallContext ctx = b.context();
   LaneCall call(*s.lane, ctx, plan);
   call.queue();
   const BlockedCall what(call, ctx);
   try {
+    // Most calls of a busy job find their peers there or arriving at once: a short poll of
+    // the lane alone first (it delays progress on other operations by about a microsecond at
+    // most), then the engine's waiting loop (progress, health checks, timeout, sleep).
+    if (call.spin(kLanePolls)) return completed_collective();
     s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes);
   } catch (...) {
     if (!call.done()) {

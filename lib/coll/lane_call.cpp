@@ -39,13 +39,15 @@ bool LaneCall::advance() {
         [[fallthrough]];
       case Phase::Writing: {
         std::byte* slot = lane_->next_slot();
-        std::memcpy(slot, &ctx_->call.fp, sizeof(Fingerprint));
-        std::byte* data = slot + segment::kCollSlotHeader;
+        std::memcpy(slot + ShmLane::kFingerprintAt, &ctx_->call.fp, sizeof(Fingerprint));
         if (k_ == 1 && !round1_data_.empty())
-          std::memcpy(data, round1_data_.data(), round1_data_.size());
+          std::memcpy(slot + segment::kCollSlotHeader, round1_data_.data(), round1_data_.size());
         else if (!ctx_->own_error)
-          plan_.write(k_, data);
+          plan_.write(k_, slot + plan_.at);
         lane_->publish();
+        // While the peers catch up; round 1 only once the members agree (a mismatched call
+        // writes nothing).
+        if (k_ > 1) plan_.local(k_);
         phase_ = Phase::Waiting;
         moved = true;
         [[fallthrough]];
@@ -60,6 +62,7 @@ bool LaneCall::advance() {
             throw;
           }
         }
+        if (k_ == 1 && !ctx_->own_error) plan_.local(k_);
         if (!ctx_->own_error) plan_.read(k_);
         moved = true;
         if (k_++ == plan_.rounds()) {
@@ -88,7 +91,7 @@ void LaneCall::check_agreement() {
   const Fingerprint& own = ctx_->call.fp;
   bool same = !ctx_->own_error && !has_splits(static_cast<Kind>(own.kind));
   for (int j = 0; j < n && same; ++j)
-    if (j != ctx_->group.me) same = std::memcmp(lane_->slot_of(j), &own, sizeof own) == 0;
+    if (j != ctx_->group.me) same = std::memcmp(lane_->slot_of(j) + ShmLane::kFingerprintAt, &own, sizeof own) == 0;
   if (same) return;
   std::vector<CallDescription> calls(n);
   for (int j = 0; j < n; ++j) {
@@ -97,7 +100,7 @@ void LaneCall::check_agreement() {
       continue;
     }
     const std::byte* slot = lane_->slot_of(j);
-    std::memcpy(&calls[j].fp, slot, sizeof(Fingerprint));
+    std::memcpy(&calls[j].fp, slot + ShmLane::kFingerprintAt, sizeof(Fingerprint));
     if (calls[j].fp.magic == kFingerprintMagic && has_splits(static_cast<Kind>(calls[j].fp.kind)))
       calls[j] = decode(slot + segment::kCollSlotHeader, n);
   }

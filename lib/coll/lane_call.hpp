@@ -58,6 +58,16 @@ class LaneCall {
   // verdict (InvalidArgument) in round 1 when the members disagree; the lane is then done
   // with this call on every member.
   bool advance();
+  // advance() until done, at most `polls` more times, without the engine's waiting loop (no
+  // clock, no progress on other operations): a blocking call whose peers are already there,
+  // or arrive within a microsecond or so, finishes here. Returns done(). Throws as advance().
+  bool spin(int polls) {
+    for (int i = 0;; ++i) {
+      advance();
+      if (done()) return true;
+      if (i == polls || !started()) return false;
+    }
+  }
   bool done() const { return phase_ == Phase::Done; }
   bool started() const { return phase_ != Phase::Queued; }
   void awaited(std::vector<int>& out) const;

@@ -9,9 +9,12 @@
 #include <cstring>
 
 #include "coll/reduce.hpp"
+#include "segment/layout.hpp"
 
 namespace shmdist::coll {
 namespace {
+
+using segment::align_up;
 
 std::byte* bytes_of(const Tensor& t) {
   return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
@@ -32,7 +35,7 @@ class SlotInputs {
  public:
   SlotInputs(const ShmLane& lane, int n, std::size_t offset) {
     const std::byte** p = n <= kInline ? inline_.data() : (heap_.resize(n), heap_.data());
-    for (int j = 0; j < n; ++j) p[j] = lane.data_of(j) + offset;
+    for (int j = 0; j < n; ++j) p[j] = lane.data_of(j, offset);
     span_ = {p, static_cast<std::size_t>(n)};
   }
   std::span<const std::byte* const> span() const { return span_; }
@@ -75,7 +78,7 @@ void LanePlan::write(std::uint64_t k, std::byte* slot) const {
       const std::size_t es = element_size(dtype);
       const std::size_t count = len / es;
       const std::size_t b = slice_begin(count, n, me), e = slice_begin(count, n, me + 1);
-      const SlotInputs inputs(*lane, n, b * es);
+      const SlotInputs inputs(*lane, n, at + b * es);
       reduce_in_order(op, dtype, inputs.span(), slot + b * es, e - b, n);
       return;
     }
@@ -84,6 +87,13 @@ void LanePlan::write(std::uint64_t k, std::byte* slot) const {
       for (int j = 0; j < n; ++j) copy_bytes(slot + j * window, part(j) + off, len);
       return;
   }
+}
+
+void LanePlan::local(std::uint64_t k) const {
+  if (what != What::AllGather) return;
+  const std::size_t off = (k - 1) * window;
+  const std::size_t len = off >= total ? 0 : std::min(window, total - off);
+  copy_bytes(part(me) + off, in + off, len);
 }
 
 void LanePlan::read(std::uint64_t k) const {
@@ -96,14 +106,14 @@ void LanePlan::read(std::uint64_t k) const {
   switch (what) {
     case What::None: return;
     case What::Broadcast:
-      if (me != root) copy_bytes(data + off, slots.data_of(root), len);
+      if (me != root) copy_bytes(data + off, slots.data_of(root, at), len);
       return;
     case What::Reduce: {
       if (root >= 0 && root != me) return;  // only the root's tensor is written
       if (!sliced) {
         // This member's own input for the window is in its slot already: the tensor may be
         // overwritten. Every member evaluates the same expression over the same bytes.
-        const SlotInputs inputs(slots, n, 0);
+        const SlotInputs inputs(slots, n, at);
         reduce_in_order(op, dtype, inputs.span(), data + off, len / es, n);
         return;
       }
@@ -111,15 +121,16 @@ void LanePlan::read(std::uint64_t k) const {
       const std::size_t count = len / es;
       for (int j = 0; j < n; ++j) {
         const std::size_t b = slice_begin(count, n, j) * es, e = slice_begin(count, n, j + 1) * es;
-        copy_bytes(data + off + b, slots.data_of(j) + b, e - b);
+        copy_bytes(data + off + b, slots.data_of(j, at + b), e - b);
       }
       return;
     }
     case What::AllGather:
-      for (int j = 0; j < n; ++j) copy_bytes(part(j) + off, slots.data_of(j), len);
+      for (int j = 0; j < n; ++j)
+        if (j != me) copy_bytes(part(j) + off, slots.data_of(j, at), len);  // own: local()
       return;
     case What::ReduceScatter: {
-      const SlotInputs inputs(slots, n, static_cast<std::size_t>(me) * window);
+      const SlotInputs inputs(slots, n, at + static_cast<std::size_t>(me) * window);
       reduce_in_order(op, dtype, inputs.span(), data + off, len / es, n);
       return;
     }
@@ -134,7 +145,13 @@ LanePlan plan_broadcast(const ShmLane& lane, const Tensor& tensor, int root, int
   p.me = me;
   p.root = root;
   p.total = tensor.nbytes();
-  p.window = lane.slot_size();
+  // Two members, above kBroadcastChunk: windows of that size, so that the root writes window
+  // k+1 into its other slot while the peer copies window k out (the two copies overlap).
+  // Larger groups keep whole slots: with more ranks than cores every round may cost a
+  // context switch.
+  p.window = p.n == 2 && p.total > kBroadcastChunk ? std::min(lane.slot_size(), kBroadcastChunk)
+                                                   : lane.slot_size();
+  p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.data = bytes_of(tensor);
   return p;
 }
@@ -151,6 +168,7 @@ LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int
   p.total = tensor.nbytes();
   p.window = lane.slot_size() / 8 * 8;  // whole elements of every dtype
   p.sliced = p.n >= kSliceMinMembers && p.total > kSliceThreshold;
+  p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.data = bytes_of(tensor);
   return p;
 }
@@ -164,6 +182,7 @@ LanePlan plan_all_gather(const ShmLane& lane, const Tensor& input,
   p.me = lane.rank();
   p.total = input.nbytes();
   p.window = lane.slot_size();
+  p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.in = bytes_of(input);
   p.list = outputs;
   p.base = base;
@@ -181,8 +200,11 @@ LanePlan plan_reduce_scatter(const ShmLane& lane, const std::vector<Tensor>* par
   p.n = lane.world();
   p.me = me;
   p.total = output.nbytes();
-  // Each round carries one window of every part: n windows side by side in the slot.
-  p.window = std::max<std::size_t>(lane.slot_size() / p.n / 8 * 8, 8);
+  // Each round carries one window of every part: n windows side by side in the slot, packed
+  // when the parts are small (whole elements of every dtype: multiples of 8 bytes).
+  p.window = std::max<std::size_t>(
+      std::min(lane.slot_size() / p.n / 8 * 8, align_up(p.total, 8)), 8);
+  p.at = ShmLane::data_offset(p.window * static_cast<std::size_t>(p.n));
   p.data = bytes_of(output);
   p.list = parts;
   p.base = base;

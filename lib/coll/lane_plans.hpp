@@ -29,6 +29,8 @@ namespace shmdist::coll {
 // sliced algorithm.
 inline constexpr std::size_t kSliceThreshold = 64 * 1024;
 inline constexpr int kSliceMinMembers = 3;
+// Two-member broadcasts above this many bytes move windows of this size (pipelined).
+inline constexpr std::size_t kBroadcastChunk = 32 * 1024;
 
 struct LanePlan {
   enum class What : std::uint8_t { None, Broadcast, Reduce, AllGather, ReduceScatter };
@@ -42,6 +44,7 @@ struct LanePlan {
   bool sliced = false;  // Reduce: the sliced algorithm (two rounds per window)
   std::size_t total = 0;   // bytes per member (ReduceScatter: of each part)
   std::size_t window = 1;  // bytes per window
+  std::size_t at = segment::kCollSlotHeader;  // where the data sit in a slot (ShmLane::data_offset)
   std::byte* data = nullptr;  // Broadcast/Reduce: the tensor; ReduceScatter: the output
   const std::byte* in = nullptr;  // AllGather: the input
   // AllGather: the outputs; ReduceScatter: the inputs. Part j is list[j] when `list` is set,
@@ -52,10 +55,14 @@ struct LanePlan {
 
   std::uint64_t rounds() const;
   // Round k (from 1): this member's payload into `slot` (its data bytes, after the header).
-  // May read round k-1's slots (lane->data_of() still names them).
+  // May read round k-1's slots (lane->data_of(j, at) still names them).
   void write(std::uint64_t k, std::byte* slot) const;
+  // Round k, work on this member's own bytes only (all_gather copies its input into its own
+  // part): from round 2 on right after this member published it, while it waits for the
+  // others; round 1 once the members are known to agree, before read(1).
+  void local(std::uint64_t k) const;
   // Round k, once every member has published it: what this member takes from every
-  // member's slot data (lane->data_of(j), by group rank).
+  // member's slot data (lane->data_of(j, at), by group rank).
   void read(std::uint64_t k) const;
 
  private:

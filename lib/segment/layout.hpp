@@ -4,8 +4,9 @@
 //   [SegmentHeader]                        one per job, offset 0
 //   [RankControl x world]                  one per rank: doorbell, ready hints, state, blocked-on
 //   [RingControl x world*(world-1)]        one per ordered pair: the consumer's published tail
-//   [CollControl x world]                  one per rank: its collective round counters
-//   [collective slots x world*2]           per rank and parity: a kLine header, then
+//   [CollControl x world]                  one per rank: unused since version 8
+//   [collective slots x world*2]           per rank and parity: a kLine header (its round
+//                                          flag first, CollSlotHead), then
 //                                          default_coll_slot_size(world) bytes, page aligned
 //   [ring data x world*(world-1)]          ring_size bytes each, page aligned, last
 //
@@ -23,7 +24,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 7;
+inline constexpr std::uint32_t kLayoutVersion = 8;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -164,20 +165,25 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 2 * kLine);
 
-// The collective area's round counter of one rank (lib/coll/shm_lane.hpp has the protocol).
-// It only ever increases (64-bit: it never wraps), so no flag is ever reset and a reader can
-// never mistake an old round for a new one.
+// One per rank in the collective area. Unused since layout version 8 (the round flags moved
+// into the slot headers, CollSlotHead, so that a small round's flag, fingerprint and payload
+// share a line); kept so that the area's size and offsets stay as documented.
 struct CollControl {
-  // Written by the owner only: rounds whose data (slot header and payload) it has written;
-  // arrived = r+1 also says it has finished reading every slot of round r.
-  alignas(kLine) std::atomic<std::uint64_t> arrived;
-  // Unused since layout version 7 (it was a "released" counter, which `arrived` implies);
-  // kept so that the area's size and offsets stay as documented.
-  alignas(kLine) std::atomic<std::uint64_t> unused;
+  alignas(kLine) std::atomic<std::uint64_t> unused0;
+  alignas(kLine) std::atomic<std::uint64_t> unused1;
 };
 static_assert(sizeof(CollControl) == 2 * kLine);
 
-// A collective slot starts with one line of header (the call's fingerprint), then data.
+// A collective slot starts with one line of header, then data. The header's first word is
+// the slot's round flag: the last round whose contents (header and data) its owner has
+// written there (only the owner stores it, with release, and it only increases: rounds of
+// one parity). The rest of the header belongs to the collectives layer (the call's
+// fingerprint, then a small payload inline, so that a small round is one line to write and
+// one line to read).
+struct CollSlotHead {
+  std::atomic<std::uint64_t> round;
+};
+static_assert(sizeof(CollSlotHead) == 8 && std::atomic<std::uint64_t>::is_always_lock_free);
 inline constexpr std::size_t kCollSlotHeader = kLine;
 
 // Data bytes per collective slot: two slots per rank (rounds alternate between them).

@@ -206,7 +206,10 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
   for (int s = 0; s < world_size; ++s)
     for (int d = 0; d < world_size; ++d)
       if (s != d) new (&ring_control(s, d)) RingControl{};
-  for (int r = 0; r < world_size; ++r) new (&coll_control(r)) CollControl{};
+  for (int r = 0; r < world_size; ++r) {
+    new (&coll_control(r)) CollControl{};
+    for (int parity = 0; parity < 2; ++parity) new (coll_slot(r, parity)) CollSlotHead{};
+  }
   // The magic number goes last, with release: a process that opens the segment by name
   // while we initialise it sees magic == 0 ("not ready yet") or a complete layout.
   std::atomic_ref<std::uint64_t>(h->magic).store(kMagic, std::memory_order_release);

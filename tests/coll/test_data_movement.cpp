@@ -199,4 +199,60 @@ BOOST_AUTO_TEST_CASE(back_to_back_lane_calls_with_members_lagging_in_turn) {
   }
 }
 
+// Two members take their own paths on the lane: data inline in the slot header up to 4 KiB
+// per slot, 32 KiB broadcast windows pipelined through the two slots, reduce_scatter parts
+// packed side by side, all_gather's own part copied while waiting. Sizes just below, at and
+// above each switch and beyond a slot (256 KiB), with each member lagging in turn, back to
+// back, every result checked exactly.
+BOOST_AUTO_TEST_CASE(two_members_across_every_lane_switch) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(2, [](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      // float32 elements: 4 B, the header's 88 inline bytes, 4 KiB, 32 KiB, beyond a slot.
+      const std::int64_t sizes[] = {1, 22, 23, 1023, 1024, 1025, 8191, 8192, 8193, 70001};
+      std::uint64_t seed = 0;
+      for (int lag = 0; lag < 2; ++lag) {
+        for (std::int64_t n : sizes) {
+          ++seed;
+          if (me == lag) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          for (int root = 0; root < 2; ++root) {
+            Tensor b = me == root ? payload(seed, root, n, dist::kFloat32)
+                                  : dist::zeros({n}, dist::kFloat32);
+            pg.broadcast(b, root);
+            require_same(b, payload(seed, root, n, dist::kFloat32), "broadcast");
+          }
+          std::vector<Tensor> list{dist::zeros({n}, dist::kFloat32), dist::zeros({n}, dist::kFloat32)};
+          pg.all_gather(list, payload(seed, me, n, dist::kFloat32));
+          for (int r = 0; r < 2; ++r) require_same(list[r], payload(seed, r, n, dist::kFloat32), "all_gather");
+          Tensor flat = dist::zeros({2 * n}, dist::kFloat32);
+          pg.all_gather_into_tensor(flat, payload(seed, me, n, dist::kFloat32));
+          for (int r = 0; r < 2; ++r)
+            require_same(Tensor::from_blob(static_cast<std::byte*>(flat.data_ptr()) + r * n * 4, {n},
+                                           dist::kFloat32),
+                         payload(seed, r, n, dist::kFloat32), "all_gather_into_tensor");
+
+          std::vector<Tensor> inputs{make_input(seed, 0, 2 * n, dist::kFloat32, dist::ReduceOp::SUM),
+                                     make_input(seed, 1, 2 * n, dist::kFloat32, dist::ReduceOp::SUM)};
+          Tensor sum = reference_reduce(inputs, dist::ReduceOp::SUM, dist::kFloat32);
+          Tensor t = inputs[me].clone();
+          pg.all_reduce(t);
+          require_same(t, sum, "all_reduce");
+          Tensor out = dist::zeros({n}, dist::kFloat32);
+          const Tensor want = Tensor::from_blob(static_cast<std::byte*>(sum.data_ptr()) + me * n * 4,
+                                                {n}, dist::kFloat32).clone();
+          pg.reduce_scatter_tensor(out, inputs[me]);
+          require_same(out, want, "reduce_scatter_tensor");
+          std::vector<Tensor> parts;
+          for (int j = 0; j < 2; ++j)
+            parts.push_back(Tensor::from_blob(static_cast<std::byte*>(inputs[me].data_ptr()) + j * n * 4,
+                                              {n}, dist::kFloat32));
+          Tensor out2 = dist::zeros({n}, dist::kFloat32);
+          pg.reduce_scatter(out2, parts);
+          require_same(out2, want, "reduce_scatter");
+        }
+      }
+    }, p2p::job_options(mode));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
