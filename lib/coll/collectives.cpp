@@ -215,9 +215,12 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
   const BlockedCall what(call, ctx);
   try {
     // Most calls of a busy job find their peers there or arriving at once: a short poll of
-    // the lane alone first (it delays progress on other operations by about a microsecond at
-    // most), then the engine's waiting loop (progress, health checks, timeout, sleep).
-    if (call.spin(kLanePolls)) return completed_collective();
+    // the lane alone first (it delays progress on other operations by a few microseconds at
+    // most), then the engine's waiting loop (progress, health checks, timeout, sleep). Not
+    // when more ranks are awake than there are CPUs: then a peer needs this CPU, and the
+    // engine's loop yields it.
+    if (s.engine->transport().awake_ranks() <= s.lane->cpus() && call.spin(kLanePolls))
+      return completed_collective();
     s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes);
   } catch (...) {
     if (!call.done()) {

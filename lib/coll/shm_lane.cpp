@@ -3,6 +3,7 @@
 #include "coll/shm_lane.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "wait/fence.hpp"
 
@@ -20,6 +21,7 @@ ShmLane::ShmLane(std::shared_ptr<segment::Segment> segment, int rank)
     segment::RankControl& rc = seg_->rank_control(r);
     doorbells_.push_back({&rc.doorbell_seq, &rc.armed, &rc.heavy_fences});
   }
+  cpus_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   asymmetric_fences_ = wait::register_asymmetric_fences();
   // A rank joining a job starts where its own flags are (0 in a fresh segment). Relaxed: only
   // this rank ever stores them.

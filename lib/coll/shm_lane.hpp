@@ -75,6 +75,7 @@ class ShmLane {
   int world() const { return world_; }
   int rank() const { return rank_; }
   std::size_t slot_size() const { return slot_size_; }
+  int cpus() const { return cpus_; }  // online CPUs of the host (at least 1)
 
   // World collectives use the lane one at a time, in call order.
   std::uint64_t take_ticket() { return ++issued_; }
@@ -121,6 +122,7 @@ class ShmLane {
   std::size_t slot_size_;
   std::vector<std::byte*> slots_;              // rank * 2 + parity
   std::vector<wait::DoorbellWords> doorbells_;  // every peer's (not this rank's)
+  int cpus_ = 1;
   bool asymmetric_fences_ = false;  // this process may use light notifier fences
   std::uint64_t round_ = 0;
   int arrived_scan_ = 0;  // peers below this index are known to have arrived at round_
