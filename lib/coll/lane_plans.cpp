@@ -145,12 +145,16 @@ LanePlan plan_broadcast(const ShmLane& lane, const Tensor& tensor, int root, int
   p.me = me;
   p.root = root;
   p.total = tensor.nbytes();
-  // Two members, above kBroadcastChunk: windows of that size, so that the root writes window
-  // k+1 into its other slot while the peer copies window k out (the two copies overlap).
-  // Larger groups keep whole slots: with more ranks than cores every round may cost a
-  // context switch.
-  p.window = p.n == 2 && p.total > kBroadcastChunk ? std::min(lane.slot_size(), kBroadcastChunk)
-                                                   : lane.slot_size();
+  // Two members, above kBroadcastChunk and up to kBroadcastPipelineMax: windows of that size,
+  // so that the root writes window k+1 into its other slot while the peer copies window k
+  // out (the two copies overlap). Larger broadcasts keep whole slots (interleaved runs on a
+  // loaded machine measured 32 KiB windows 2x slower at 1-4 MiB: a round per 32 KiB is a
+  // hand-off each, and a rank that loses its CPU stalls every one of them); so do larger
+  // groups (with more ranks than cores every round may cost a context switch).
+  constexpr std::size_t kBroadcastPipelineMax = 512 * 1024;
+  p.window = p.n == 2 && p.total > kBroadcastChunk && p.total <= kBroadcastPipelineMax
+                 ? std::min(lane.slot_size(), kBroadcastChunk)
+                 : lane.slot_size();
   p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.data = bytes_of(tensor);
   return p;
