@@ -84,6 +84,9 @@ constexpr int kMessagesPerPoll = 32;
 constexpr std::chrono::nanoseconds kPollMin = std::chrono::microseconds(10);
 constexpr std::chrono::nanoseconds kPollMax = std::chrono::milliseconds(1);
 constexpr std::chrono::nanoseconds kPollWhileSending = std::chrono::microseconds(100);
+// Packed messages this rank may hold copies of, beyond which a send waits for MPI again (a
+// receiver that never polls must not make us buffer without bound).
+constexpr std::uint64_t kMaxBufferedBytes = std::uint64_t{4} << 20;
 
 class MpiTransport final : public RemoteTransport {
  public:
@@ -96,15 +99,13 @@ class MpiTransport final : public RemoteTransport {
         peers_(world_) {}
 
   ~MpiTransport() override {
-    // Sends still in flight (finalize markers, orphaned sends) must complete before MPI is
-    // finalized; every peer drains its inbound traffic until it has seen our marker. A rank
-    // ending without destroy_process_group may leave sends nobody takes: wait for them a
-    // bounded time, then leave MPI as it is (mpirun then reports the rank's exit).
+    // Sends still in flight (finalize markers, packed and orphaned sends) must complete
+    // before MPI is finalized; every peer drains its inbound traffic until it has seen our
+    // marker. A rank ending without destroy_process_group may leave sends nobody takes: wait
+    // for them a bounded time, then leave MPI as it is (mpirun then reports the rank's exit).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (auto it = inflight_.begin(); it != inflight_.end();) {
-      int flag = 0;
-      MPI_Testall(static_cast<int>(it->reqs.size()), it->reqs.data(), &flag, MPI_STATUSES_IGNORE);
-      if (flag) {
+      if (complete(*it)) {
         it = inflight_.erase(it);
         continue;
       }
@@ -124,8 +125,9 @@ class MpiTransport final : public RemoteTransport {
     bool moved = false;
     if (preferred >= 0) moved |= take_from(preferred, handler);
     for (int i = 0; i < kMessagesPerPoll; ++i) {
-      const int src = next_source();
-      if (src < 0 || !take_from(src, handler)) break;
+      const int src = next_source(moved);
+      if (src < 0) break;
+      deliver(src, handler);
       moved = true;
     }
     if (moved) interval_ = kPollMin;
@@ -134,18 +136,18 @@ class MpiTransport final : public RemoteTransport {
 
   DirectResult receive_direct(int src, const Expectation& want) override {
     Peer& p = peers_[src];
-    if (!p.stashed && !fetch_header(src)) return DirectResult::Empty;
-    if (!p.stashed) return DirectResult::Empty;  // it was a finalize marker
+    if (!p.stashed) fetch(src);
+    if (!p.stashed) return DirectResult::Empty;  // nothing, or a finalize marker
     if (!(p.header == encode_header(want.env))) return DirectResult::Other;
-    receive_payload(src, want.dest, want.env.nbytes);
-    p.stashed = false;
+    receive_payload(src, want.dest, 0);
     interval_ = kPollMin;
     return DirectResult::Received;
   }
 
   int receive_direct_any(const Expectation& want, DirectResult& result) override {
+    bool moved = false;
     for (int i = 0; i < 4; ++i) {
-      const int src = next_source();
+      const int src = next_source(moved);
       if (src < 0) break;
       result = receive_direct(src, want);
       if (result == DirectResult::Received) return src;
@@ -156,34 +158,13 @@ class MpiTransport final : public RemoteTransport {
   }
 
   bool send_some(int dst, OutboundMessage& msg) override {
-    bool moved = false;
-    if (!msg.started) {
-      Inflight& f = inflight_.emplace_back();
-      f.header = encode_header(msg.env);
-      f.reqs.emplace_back();
-      MPI_Isend(&f.header, sizeof f.header, MPI_BYTE, dst, kHeaderTag, comm_, &f.reqs.back());
-      for (std::uint64_t off = 0; off < msg.env.nbytes; off += kChunk) {
-        const auto n = static_cast<int>(std::min(kChunk, msg.env.nbytes - off));
-        f.reqs.emplace_back();
-        MPI_Isend(msg.next + off, n, MPI_BYTE, dst, kPayloadTag, comm_, &f.reqs.back());
-      }
-      msg.started = true;
-      moved = true;
-      // An empty message is done for the engine now (no user bytes are referenced); its
-      // header buffer stays in inflight_ until MPI is done with it.
-      if (msg.env.nbytes == 0) return true;
-      f.msg = &msg;
-      sending_[dst] = std::prev(inflight_.end());
-    }
+    if (!msg.started) return start_send(dst, msg);
     auto it = sending_.find(dst);
-    if (it == sending_.end()) return moved;
-    Inflight& f = *it->second;
-    int flag = 0;
-    MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &flag, MPI_STATUSES_IGNORE);
-    if (!flag) return moved;
+    if (it == sending_.end()) return false;
+    if (!complete(*it->second)) return false;
     msg.sent = msg.env.nbytes;
     msg.next += msg.env.nbytes;
-    inflight_.erase(it->second);
+    forget(it->second);
     sending_.erase(it);
     return true;
   }
@@ -192,9 +173,14 @@ class MpiTransport final : public RemoteTransport {
   bool inbound_in_progress(int) const override { return false; }  // payloads arrive whole
   bool inbound_pending(int src) const override {
     if (peers_[src].stashed) return true;
-    const int count = probe_header(src);
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(src, kHeaderTag, comm_, &flag, &st);
+    int count = 0;
+    if (flag) MPI_Get_count(&st, MPI_BYTE, &count);
     return count > 0;  // a finalize marker (0 bytes) is not data
   }
+  bool sends_in_flight() const override { return !inflight_.empty(); }
 
   int awake_ranks() const override { return 1; }
   std::uint32_t arm() override { return 0; }
@@ -232,79 +218,161 @@ class MpiTransport final : public RemoteTransport {
  private:
   struct Peer {
     MessageHeader header{};
-    bool stashed = false;  // `header` was received; its payload is still in MPI
+    bool stashed = false;         // `header` was received; its payload is not delivered yet
+    bool packed = false;          // ... and the payload is in `staged`, after the header
+    std::vector<std::byte> staged;  // a packed message as it arrived (header + payload)
     bool finalized = false;
   };
   struct Inflight {
     MessageHeader header{};
+    std::vector<std::byte> packed;  // header + payload of a packed message
     std::vector<MPI_Request> reqs;
     OutboundMessage* msg = nullptr;  // set while the engine waits for it
   };
 
-  // A source with a header ready: stashed ones first (in rotation), then whatever MPI has.
-  int next_source() {
+  bool complete(Inflight& f) {
+    int flag = 0;
+    MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &flag, MPI_STATUSES_IGNORE);
+    return flag != 0;
+  }
+
+  void forget(std::list<Inflight>::iterator it) {
+    buffered_ -= it->packed.size();
+    inflight_.erase(it);
+  }
+
+  // A message of at most kMpiPackedMax payload bytes travels as one MPI message, header and
+  // payload packed into a buffer of ours: one message crossing instead of two (over TCP the
+  // second costs a whole extra latency), and the engine's send is done at once (its bytes
+  // are copied) unless kMaxBufferedBytes are already held. A larger one sends the header,
+  // then the payload straight from the tensor (no copy), and is done when MPI is.
+  bool start_send(int dst, OutboundMessage& msg) {
+    Inflight& f = inflight_.emplace_back();
+    f.header = encode_header(msg.env);
+    msg.started = true;
+    const std::uint64_t n = msg.env.nbytes;
+    if (n > 0 && n <= kMpiPackedMax) {
+      f.packed.resize(sizeof(MessageHeader) + n);
+      std::memcpy(f.packed.data(), &f.header, sizeof(MessageHeader));
+      std::memcpy(f.packed.data() + sizeof(MessageHeader), msg.next, n);
+      buffered_ += f.packed.size();
+      f.reqs.emplace_back();
+      MPI_Isend(f.packed.data(), static_cast<int>(f.packed.size()), MPI_BYTE, dst, kHeaderTag,
+                comm_, &f.reqs.back());
+      if (buffered_ <= kMaxBufferedBytes) {
+        msg.sent = n;
+        msg.next += n;
+        return true;
+      }
+    } else {
+      f.reqs.emplace_back();
+      MPI_Isend(&f.header, sizeof f.header, MPI_BYTE, dst, kHeaderTag, comm_, &f.reqs.back());
+      for (std::uint64_t off = 0; off < n; off += kChunk) {
+        const auto len = static_cast<int>(std::min(kChunk, n - off));
+        f.reqs.emplace_back();
+        MPI_Isend(msg.next + off, len, MPI_BYTE, dst, kPayloadTag, comm_, &f.reqs.back());
+      }
+      // An empty message is done for the engine now (no user bytes are referenced); its
+      // header buffer stays in inflight_ until MPI is done with it.
+      if (n == 0) return true;
+    }
+    f.msg = &msg;
+    sending_[dst] = std::prev(inflight_.end());
+    return true;
+  }
+
+  // A source whose next message is stashed: stashed ones first (in rotation), then whatever
+  // MPI has (MPI_ANY_SOURCE: only when nothing is stashed, so the message it takes cannot
+  // queue behind a stashed one). -1 if none; sets `moved` if finalize markers were taken.
+  int next_source(bool& moved) {
     for (std::size_t i = 0; i < remote_.size(); ++i) {
       cursor_ = cursor_ + 1 >= remote_.size() ? 0 : cursor_ + 1;
       if (peers_[remote_[cursor_]].stashed) return remote_[cursor_];
     }
-    int flag = 0;
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_, &flag, &st);
-    return flag ? st.MPI_SOURCE : -1;
+    for (;;) {
+      const int src = fetch(MPI_ANY_SOURCE);
+      if (src < 0) return -1;
+      if (peers_[src].stashed) return src;
+      moved = true;  // a finalize marker
+    }
   }
 
-  // The size in bytes of the next header message from `src` (0: a finalize marker), or -1 if
-  // none has arrived.
-  int probe_header(int src) const {
+  // Receives the next message on the header tag from `src` (or any source) if one has
+  // arrived: a header (its payload follows on the payload tag), a packed message, or a
+  // finalize marker (0 bytes, stashes nothing). Returns its source, or -1 if none arrived.
+  // The caller makes sure nothing is stashed for a source it may return.
+  int fetch(int src) {
     int flag = 0;
+    MPI_Message handle;
     MPI_Status st;
-    MPI_Iprobe(src, kHeaderTag, comm_, &flag, &st);
+    MPI_Improbe(src, kHeaderTag, comm_, &flag, &handle, &st);
     if (!flag) return -1;
+    const int from = st.MPI_SOURCE;
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
-    return count;
-  }
-
-  // Receives the next header from `src` if one is there. Returns whether one was received
-  // (a finalize marker counts, and leaves nothing stashed).
-  bool fetch_header(int src) {
-    const int count = probe_header(src);
-    if (count < 0) return false;
-    Peer& p = peers_[src];
-    if (count != 0 && count != static_cast<int>(sizeof(MessageHeader)))
-      throw PeerFailure("rank " + std::to_string(src) + " sent a " + std::to_string(count) +
-                        "-byte message header over MPI; expected 32 bytes (is it running "
-                        "another version of shmdist?)");
-    MPI_Recv(count ? &p.header : nullptr, count, MPI_BYTE, src, kHeaderTag, comm_,
-             MPI_STATUS_IGNORE);
+    Peer& p = peers_[from];
+    constexpr int kHeader = static_cast<int>(sizeof(MessageHeader));
+    if (count != 0 && (count < kHeader || static_cast<std::uint64_t>(count) > kHeader + kMpiPackedMax))
+      throw PeerFailure("rank " + std::to_string(from) + " sent a " + std::to_string(count) +
+                        "-byte message header over MPI; expected 32 bytes, or 32 plus at most " +
+                        std::to_string(kMpiPackedMax) + " payload bytes (is it running another "
+                        "version of shmdist?)");
     if (count == 0) {
+      MPI_Mrecv(nullptr, 0, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
       p.finalized = true;
-      return true;
+      return from;
     }
-    decode_header(p.header, sizeof(MessageHeader), src);  // throws PeerFailure if corrupt
+    p.packed = count > kHeader;
+    if (p.packed) {
+      p.staged.resize(static_cast<std::size_t>(count));
+      MPI_Mrecv(p.staged.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+      std::memcpy(&p.header, p.staged.data(), sizeof(MessageHeader));
+    } else {
+      MPI_Mrecv(&p.header, count, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+    }
+    decode_header(p.header, sizeof(MessageHeader), from);  // throws PeerFailure if corrupt
+    if (p.header.flags != 0 || (p.packed && p.header.nbytes != std::uint64_t(count - kHeader)))
+      throw PeerFailure("rank " + std::to_string(from) + " sent a message over MPI whose header "
+                        "(flags " + std::to_string(p.header.flags) + ", " +
+                        std::to_string(p.header.nbytes) + " bytes) does not match its " +
+                        std::to_string(count - kHeader) + " payload bytes; the stream from it "
+                        "is corrupt");
     p.stashed = true;
-    return true;
+    return from;
   }
 
   // Delivers the next message from `src`. Returns whether anything was received.
   bool take_from(int src, InboundHandler& handler) {
     Peer& p = peers_[src];
     if (!p.stashed) {
-      if (!fetch_header(src)) return false;
+      if (fetch(src) < 0) return false;
       if (!p.stashed) return true;  // a finalize marker
     }
-    const Envelope env = decode_header(p.header, sizeof(MessageHeader), src);
-    InboundSink* sink = handler.on_message_start(env);  // may throw: the header stays stashed
-    receive_payload(src, sink->dest + sink->received, env.nbytes - sink->received);
-    sink->received = env.nbytes;
-    p.stashed = false;
-    handler.on_message_complete(sink, env);
+    deliver(src, handler);
     return true;
   }
 
-  // The payload follows its header; its sender posted it with the header, so this blocking
-  // receive waits only for the bytes to cross (MPI progresses every request meanwhile).
-  void receive_payload(int src, std::byte* dest, std::uint64_t nbytes) {
+  // Hands the engine the stashed message of `src`.
+  void deliver(int src, InboundHandler& handler) {
+    const Envelope env = decode_header(peers_[src].header, sizeof(MessageHeader), src);
+    InboundSink* sink = handler.on_message_start(env);  // may throw: the message stays stashed
+    receive_payload(src, sink->dest + sink->received, sink->received);
+    sink->received = env.nbytes;
+    handler.on_message_complete(sink, env);
+  }
+
+  // Puts the stashed message's payload from byte `from` on into `dest` and unstashes it. A
+  // packed one is here already; otherwise its sender posted the payload with the header, so
+  // this blocking receive waits only for the bytes to cross (MPI progresses every request
+  // meanwhile).
+  void receive_payload(int src, std::byte* dest, std::uint64_t from) {
+    Peer& p = peers_[src];
+    const std::uint64_t nbytes = p.header.nbytes - from;
+    p.stashed = false;
+    if (p.packed) {
+      if (nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader) + from, nbytes);
+      return;
+    }
     for (std::uint64_t off = 0; off < nbytes; off += kChunk) {
       const auto n = static_cast<int>(std::min(kChunk, nbytes - off));
       MPI_Status st;
@@ -318,16 +386,18 @@ class MpiTransport final : public RemoteTransport {
     }
   }
 
-  // Frees the requests of finished sends nobody waits for (empty messages, finalize markers).
+  // Frees finished sends nobody waits for (packed and empty messages, finalize markers), in
+  // the order they were started, stopping at the first one still in flight: testing every
+  // one would run MPI's progress engine once per pending send.
   void reap() {
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       if (it->msg != nullptr) {
         ++it;
         continue;
       }
-      int flag = 0;
-      MPI_Testall(static_cast<int>(it->reqs.size()), it->reqs.data(), &flag, MPI_STATUSES_IGNORE);
-      it = flag ? inflight_.erase(it) : std::next(it);
+      if (!complete(*it)) return;
+      auto done = it++;
+      forget(done);
     }
   }
 
@@ -339,6 +409,7 @@ class MpiTransport final : public RemoteTransport {
   std::vector<Peer> peers_;  // by global rank
   std::list<Inflight> inflight_;
   std::map<int, std::list<Inflight>::iterator> sending_;  // by destination: the engine's head
+  std::uint64_t buffered_ = 0;  // bytes of packed messages in inflight_
   std::size_t cursor_ = 0;
   std::chrono::nanoseconds interval_ = kPollMin;
 };

@@ -1,17 +1,21 @@
 // The MPI transport: messages to and from ranks on other hosts travel over Open MPI's
 // point-to-point layer (whatever network it picked: TCP, InfiniBand, ...), on a duplicate of
 // MPI_COMM_WORLD, so the program's own MPI traffic never matches ours. Ranks are global
-// (MPI_COMM_WORLD ranks). A message is two MPI messages on two tags: its 32-byte
-// MessageHeader, then its payload (in chunks of at most 1 GiB, MPI counts being ints),
-// sent straight from the tensor with MPI_Isend; MPI's non-overtaking rule per (source, tag,
-// communicator) keeps per-source order. A zero-length message on the header tag says "this
-// rank finalized": it follows every data header of that rank.
+// (MPI_COMM_WORLD ranks). A message of at most kMpiPackedMax payload bytes is one MPI
+// message on the header tag: its 32-byte MessageHeader and the payload, packed (copied) into
+// one buffer. A larger one is two MPI messages: the header alone on the header tag, then the
+// payload on the payload tag (in chunks of at most 1 GiB, MPI counts being ints), sent
+// straight from the tensor with MPI_Isend. The receiver tells them apart by the header
+// message's length. MPI's non-overtaking rule per (source, tag, communicator) keeps
+// per-source order. A zero-length message on the header tag says "this rank finalized": it
+// follows every data message of that rank.
 //
 // This header names no MPI type, so the library builds without MPI: then MpiSession::start()
 // throws SetupError saying the build has no MPI support (mpi_stub.cpp).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +23,11 @@
 #include "transport/transport.hpp"
 
 namespace shmdist::transport {
+
+// Messages up to this many payload bytes cross as one MPI message (header and payload packed):
+// over TCP a second message costs a whole second latency, while copying 64 KiB costs about a
+// microsecond. Larger ones go straight from the tensor, unpacked (no copy on either side).
+inline constexpr std::uint64_t kMpiPackedMax = std::uint64_t{64} << 10;
 
 // MPI, initialised by shmdist (and finalized when the last user lets go) unless the program
 // initialised it itself (then shmdist neither initialises nor finalizes it).
@@ -58,6 +67,9 @@ class RemoteTransport : public Transport {
   // 1 ms while nothing arrives, back to 10 us when something does, and stays at most 100 us
   // while sends are in flight (MPI moves a large message only when its sender polls).
   virtual std::chrono::nanoseconds poll_interval() = 0;
+  // Whether sends this transport started are still in MPI's hands (only progress calls move
+  // them on: the receiver may be waiting for them).
+  virtual bool sends_in_flight() const = 0;
 };
 
 // The MPI transport of this rank. `remote` lists the global ranks it serves (those on other

@@ -57,15 +57,24 @@ bool RoutingTransport::remote_due(bool preferred_remote, bool full_scan) {
   return false;
 }
 
-void RoutingTransport::remote_looked(bool moved) {
-  remote_skip_ = moved ? 0 : std::clamp(remote_skip_ * 2, 1u, kMaxRemoteSkip);
+void RoutingTransport::remote_looked(bool moved, bool local_wait) {
+  const unsigned cap =
+      local_wait && !remote_->sends_in_flight() ? kMaxRemoteSkipLocalWait : kMaxRemoteSkip;
+  remote_skip_ = moved ? 0 : std::clamp(remote_skip_ * 2, 1u, cap);
   remote_skip_left_ = remote_skip_;
+}
+
+void RoutingTransport::bound_skip() {
+  remote_skip_ = std::min(remote_skip_, kMaxRemoteSkip);
+  remote_skip_left_ = std::min(remote_skip_left_, kMaxRemoteSkip);
 }
 
 bool RoutingTransport::poll(InboundHandler& handler, int preferred, bool full_scan) {
   // A preferred local peer keeps its fast path: the local transport looks at it first.
   const int pref_local = preferred >= 0 && local(preferred) >= 0 ? preferred : -1;
   const int pref_remote = preferred >= 0 && local(preferred) < 0 ? preferred : -1;
+  // Only a wait for a local peer may skip the remote side longer (see "Cost").
+  if (pref_local < 0) bound_skip();
   if (!remote_due(pref_remote >= 0, full_scan)) return poll_local(handler, pref_local, full_scan);
   remote_first_ = !remote_first_;
   bool moved_remote = false;
@@ -77,7 +86,7 @@ bool RoutingTransport::poll(InboundHandler& handler, int preferred, bool full_sc
     moved_local = poll_local(handler, pref_local, full_scan);
     moved_remote = poll_remote(handler, pref_remote, full_scan);
   }
-  remote_looked(moved_remote);
+  remote_looked(moved_remote, pref_local >= 0);
   return moved_local || moved_remote;
 }
 
@@ -87,6 +96,7 @@ DirectResult RoutingTransport::receive_direct(int src, const Expectation& want) 
 }
 
 int RoutingTransport::receive_direct_any(const Expectation& want, DirectResult& result) {
+  bound_skip();
   const bool look_remote = remote_due(false, false);
   if (look_remote) remote_first_ = !remote_first_;
   for (int pass = 0; pass < 2; ++pass) {
@@ -94,7 +104,7 @@ int RoutingTransport::receive_direct_any(const Expectation& want, DirectResult& 
     if (remote ? !look_remote : !has_local_peers_) continue;
     const int src = remote ? remote_->receive_direct_any(want, result)
                            : local_->receive_direct_any(want, result);
-    if (remote) remote_looked(result != DirectResult::Empty);
+    if (remote) remote_looked(result != DirectResult::Empty, false);
     if (result == DirectResult::Received) return remote ? src : global_of_[src];
     if (result == DirectResult::Other) return -1;
   }
@@ -104,7 +114,10 @@ int RoutingTransport::receive_direct_any(const Expectation& want, DirectResult& 
 
 bool RoutingTransport::send_some(int dst, OutboundMessage& msg) {
   const int l = local(dst);
-  return l >= 0 ? local_->send_some(l, msg) : remote_->send_some(dst, msg);
+  if (l >= 0) return local_->send_some(l, msg);
+  // A message to a remote peer often brings a reply: look at MPI on the next calls again.
+  if (!msg.started) remote_skip_ = remote_skip_left_ = 0;
+  return remote_->send_some(dst, msg);
 }
 
 // Single copy exists only between shared-memory peers; the remote side has no offers.

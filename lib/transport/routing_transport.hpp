@@ -12,8 +12,15 @@
 // nanoseconds. So the remote side is looked at on every call only while it delivers; after a
 // look that found nothing it is skipped for 1, 2, 4, ... up to kMaxRemoteSkip calls. It is
 // looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
-// (before sleeping, at finalize) and after a sleep, so the remote side is never starved: an
-// any-source receive hears a remote message within kMaxRemoteSkip + 1 calls.
+// (before sleeping, at finalize), after a sleep and after starting a send to a remote peer
+// (a reply is likely), so the remote side is never starved: an any-source receive hears a
+// remote message within kMaxRemoteSkip + 1 calls.
+// A call waiting for a local peer (`preferred` on this host) while no remote send is in
+// flight backs off further, up to kMaxRemoteSkipLocalWait calls: MPI buffers what arrives
+// meanwhile, and a pair of local ranks in a ping-pong then almost never enters MPI (whose
+// progress engine may yield the CPU when the node is oversubscribed). It still looks now and
+// then, so that a remote sender whose large message needs this rank's MPI to progress is
+// never blocked for good (sends must complete under unlimited buffering, API.md §3).
 //
 // Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
 // peers sleeps on the doorbell for at most the remote transport's poll interval (10 us
@@ -76,12 +83,16 @@ class RoutingTransport final : public Transport {
   };
 
   static constexpr unsigned kMaxRemoteSkip = 32;
+  static constexpr unsigned kMaxRemoteSkipLocalWait = 1024;
 
   int local(int global) const { return local_of_[global]; }
   // Whether this call looks at the remote side (see "Cost" above); counts a skipped call.
   bool remote_due(bool preferred_remote, bool full_scan);
-  // After a look at the remote side: whether it moved something sets the next skip.
-  void remote_looked(bool moved);
+  // After a look at the remote side: whether it moved something sets the next skip, and
+  // whether the caller waits for a local peer its bound.
+  void remote_looked(bool moved, bool local_wait);
+  // A call that does not wait for a local peer skips at most kMaxRemoteSkip calls.
+  void bound_skip();
   bool poll_local(InboundHandler& handler, int preferred, bool full_scan);
   bool poll_remote(InboundHandler& handler, int preferred, bool full_scan);
 

@@ -67,6 +67,13 @@ class FakeRemote : public Fake<RemoteTransport> {
  public:
   using Fake::Fake;
   std::chrono::nanoseconds poll_interval() override { return std::chrono::microseconds(10); }
+  bool sends_in_flight() const override { return in_flight; }
+  bool send_some(int, OutboundMessage& msg) override {
+    msg.started = true;
+    in_flight = true;
+    return true;
+  }
+  bool in_flight = false;
 };
 
 class NullHandler : public InboundHandler {
@@ -157,4 +164,58 @@ BOOST_AUTO_TEST_CASE(a_flooding_local_side_never_starves_the_remote_one) {
     BOOST_TEST(t.remote->delivered == 1);
     BOOST_TEST(calls <= 33);
   }
+}
+
+// A wait for a local peer (a named receive from a rank on this host) backs off much further
+// while no remote send is in flight: a local ping-pong almost never enters MPI. It still
+// looks now and then (a remote sender may need this rank's MPI progress to finish).
+BOOST_AUTO_TEST_CASE(a_wait_for_a_local_peer_looks_at_mpi_rarely_but_still_looks) {
+  Routed t;
+  constexpr int kLong = 20000;
+  for (int i = 0; i < kLong; ++i) t.routing->poll(t.handler, 1, false);
+  BOOST_TEST(t.local->polls == kLong);
+  // Ramp 1, 2, ..., 1024 (11 looks over 2047 calls), then one look per 1025 calls.
+  BOOST_TEST(t.remote->polls <= 11 + kLong / 1025 + 1);
+  BOOST_TEST(t.remote->polls >= kLong / 1025);
+  // The same wait while a remote send is in flight keeps the ordinary bound (1 in 33).
+  Routed u;
+  u.remote->in_flight = true;
+  for (int i = 0; i < kCalls; ++i) u.routing->poll(u.handler, 1, false);
+  BOOST_TEST(u.remote->polls >= kCalls / 33);
+}
+
+// After a long wait for a local peer, an any-source call (poll or direct) still hears a remote
+// message within the ordinary bound: the longer back-off does not carry over.
+BOOST_AUTO_TEST_CASE(a_local_wait_does_not_delay_a_following_any_source_receive) {
+  for (bool direct : {false, true}) {
+    Routed t;
+    t.local->busy = true;
+    for (int i = 0; i < 5000; ++i) t.routing->poll(t.handler, 1, false);  // fully backed off
+    t.remote->pending = 1;
+    int calls = 0;
+    while (t.remote->delivered == 0 && calls < 2000) {
+      if (direct) {
+        DirectResult result;
+        t.routing->receive_direct_any(Expectation{}, result);
+      } else {
+        t.routing->poll(t.handler, -1, false);
+      }
+      ++calls;
+    }
+    BOOST_TEST_INFO("direct path: " << direct);
+    BOOST_TEST(t.remote->delivered == 1);
+    BOOST_TEST(calls <= 33);
+  }
+}
+
+// Starting a send to a remote peer makes the next call look at MPI (a reply is likely), even
+// in the middle of a back-off.
+BOOST_AUTO_TEST_CASE(starting_a_remote_send_makes_the_next_call_look) {
+  Routed t;
+  for (int i = 0; i < 1000; ++i) t.routing->poll(t.handler, -1, false);  // backed off
+  const int before = t.remote->polls;
+  OutboundMessage msg;
+  t.routing->send_some(2, msg);
+  t.routing->poll(t.handler, -1, false);
+  BOOST_TEST(t.remote->polls == before + 1);
 }
