@@ -31,9 +31,16 @@ def options(quick):
 def command(tools, test, transport, hosts, opts, bind):
     nproc = len(hosts.split(",")) if hosts else 2
     cmd = [tools.mpirun, "--allow-run-as-root", "-n", str(nproc)] + BTL
-    # The mixed job has 4 ranks on this machine's CPUs: never bound.
-    cmd += ["--bind-to", "core"] if bind and nproc <= (os.cpu_count() or 1) else \
-        ["--bind-to", "none", "--oversubscribe"]
+    # The mixed job has more ranks than this machine has CPUs: bound round robin (rank i to
+    # core i mod CPUs), so that the measured pair, ranks 0 and 1, sits on two cores exactly as
+    # in the single job (bound one rank per core) and only the bystanders share them.
+    cpus = os.cpu_count() or 1
+    if not bind:
+        cmd += ["--bind-to", "none"] + (["--oversubscribe"] if nproc > cpus else [])
+    elif nproc <= cpus:
+        cmd += ["--bind-to", "core"]
+    else:
+        cmd += ["--map-by", "core", "--bind-to", "core:overload-allowed", "--oversubscribe"]
     if transport == "ompi-tcp":
         return cmd + [tools.mpi_bench, test] + runner._opts(opts)
     return cmd + ["-x", "SHMDIST_TEST_HOSTS=" + hosts, WRAPPER, tools.bench, test] + \

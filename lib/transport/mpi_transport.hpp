@@ -25,9 +25,11 @@
 namespace shmdist::transport {
 
 // Messages up to this many payload bytes cross as one MPI message (header and payload packed):
-// over TCP a second message costs a whole second latency, while copying 64 KiB costs about a
-// microsecond. Larger ones go straight from the tensor, unpacked (no copy on either side).
-inline constexpr std::uint64_t kMpiPackedMax = std::uint64_t{64} << 10;
+// over TCP a second small message costs about a whole second latency, while copying 32 KiB
+// costs under a microsecond. 32 KiB keeps a packed message within Open MPI's TCP eager limit
+// (64 KiB with its own headers), so it never needs a rendezvous. Larger ones go straight from
+// the tensor, unpacked (no copy on either side; the payload's rendezvous overlaps the header).
+inline constexpr std::uint64_t kMpiPackedMax = std::uint64_t{32} << 10;
 
 // MPI, initialised by shmdist (and finalized when the last user lets go) unless the program
 // initialised it itself (then shmdist neither initialises nor finalizes it).
