@@ -4,7 +4,7 @@
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/torch_bench.py
         [--backends shm,gloo] [--ranks 2,4] [--tests latency,bw,allreduce,broadcast,allgather]
         [--min-size 4] [--max-size 16777216] [--iterations N] [--warmup N] [--window 64]
-        [--csv FILE]
+        [--bind core|none] [--csv FILE]
 
 For every test and rank count it runs each backend in turn (the script starts its own ranks,
 torchrun-style variables and env://), and prints one OSU-style table per test and rank count:
@@ -12,7 +12,9 @@ the message size in bytes, then each backend's figure and the ratio gloo/shm (ab
 better). latency: ping-pong between ranks 0 and 1, half a round trip, us; bw: a window of
 isends then an ack, MB/s (10^6 bytes), ratio shm/gloo; allreduce (float32, SUM), broadcast and
 allgather (the size is each rank's tensor): average time per call across ranks, us. latency
-and bw run on 2 ranks only. Exits 3, printing nothing on stdout, when torch or the shm backend
+and bw run on 2 ranks only. With --bind core (the default) and no more ranks than CPUs, rank r
+runs on CPU r, for both backends, as bench/compare binds the C++ loops (mpirun's default for
+2 ranks); unbound, two ranks that land on one CPU stream a large message in turns. Exits 3, printing nothing on stdout, when torch or the shm backend
 cannot be imported.
 """
 import argparse
@@ -48,6 +50,10 @@ def loop_counts(size, args, test):
 # ---- one rank --------------------------------------------------------------------------
 
 def worker(args):
+    me_env, world_env = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.bind == "core" and world_env <= len(cpus):
+        os.sched_setaffinity(0, {cpus[me_env]})
     import torch
     import torch.distributed as dist
     if args.backend == "shm":
@@ -141,7 +147,7 @@ def run_backend(args, backend, test, ranks):
     """Starts `ranks` workers; returns {size: figure} from rank 0."""
     port = str(free_port())
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend,
-           "--test", test, "--min-size", str(args.min_size), "--max-size", str(args.max_size),
+           "--bind", args.bind, "--test", test, "--min-size", str(args.min_size), "--max-size", str(args.max_size),
            "--window", str(args.window)]
     if args.iterations:
         cmd += ["--iterations", str(args.iterations)]
@@ -212,6 +218,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--bind", choices=("core", "none"), default="core",
+                    help="with no more ranks than CPUs, rank r runs on CPU r (default), or not")
     ap.add_argument("--csv", default="")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
