@@ -217,11 +217,14 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     // Most calls of a busy job find their peers there or arriving at once: a short poll of
     // the lane alone first (it delays progress on other operations by a few microseconds at
     // most), then the engine's waiting loop (progress, health checks, timeout, sleep). Not
-    // when more ranks are awake than there are CPUs: then a peer needs this CPU, and the
-    // engine's loop yields it.
-    if (s.engine->transport().awake_ranks() <= s.lane->cpus() && call.spin(kLanePolls))
-      return completed_collective();
-    s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes);
+    // when the world has more ranks than there are CPUs: every round needs every member to
+    // run, so a peer needs this CPU (even one asleep now: it is woken for this round), and
+    // the engine's loop yields it at every idle turn (crowd), for its crowded spin time after
+    // each round that moved (moves) before it sleeps.
+    const bool crowded = s.lane->world() > s.lane->cpus();
+    if (!crowded && call.spin(kLanePolls)) return completed_collective();
+    s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes,
+                         {s.lane->world(), s.lane->round_counter()});
   } catch (...) {
     if (!call.done()) {
       auto sch = background();

@@ -2,8 +2,10 @@
 //
 // Phase 1 spins, making progress on everything (so a full ring's sender keeps draining its
 // own inbound rings, and streams in flight keep moving), for the SpinPolicy's time after the
-// last thing that moved; with more ranks awake than CPUs it yields the CPU at every turn
-// that found nothing (and spins longer: a yield costs the others nothing). Phase 2 publishes what the call is blocked on (hang reports), arms
+// last thing that moved (a collective's own rounds count, WaitFocus::moves); with more ranks
+// awake than CPUs (or, for a collective on the lane, more members than CPUs: WaitFocus::crowd)
+// it yields the CPU at every turn that found nothing (and spins longer: a yield costs the
+// others nothing). Phase 2 publishes what the call is blocked on (hang reports), arms
 // the doorbell, re-checks with a full scan and sleeps; it wakes when a peer rings, or every
 // health-check interval (100 ms) to look at peers' health, the job state and the deadline.
 // Data never waits for that interval: it always comes with a wake-up (wait/doorbell.hpp),
@@ -11,6 +13,8 @@
 #pragma once
 
 #include <sched.h>
+
+#include <algorithm>
 
 #include "engine/engine.hpp"
 
@@ -34,11 +38,17 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
 
   for (auto now = started;; now = Clock::now()) {
     // Phase 1: spin (briefly, yielding, if more ranks are awake than there are CPUs).
-    const wait::SpinPolicy::Choice how = spin_.choose(transport_->awake_ranks());
+    const wait::SpinPolicy::Choice how =
+        spin_.choose(std::max(transport_->awake_ranks(), focus.crowd));
     auto spin_until = now + how.spin;
     auto next_check = now + spin_.health_check;
+    std::uint64_t moves_seen = focus.moves ? *focus.moves : 0;
     for (unsigned iter = 1;; ++iter) {
       if (done()) return true;
+      if (focus.moves && *focus.moves != moves_seen) {  // the call moved: spin on
+        moves_seen = *focus.moves;
+        spin_until = Clock::now() + how.spin;
+      }
       if (progress(focus.peer, false)) {
         spin_until = Clock::now() + how.spin;
         continue;
@@ -96,8 +106,9 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
 }
 
 template <class Done>
-void Engine::wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes) {
-  WaitFocus focus{kBlockedCollective, -1, nullptr, {}, bytes, &task};
+void Engine::wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes,
+                        CollectiveWait how) {
+  WaitFocus focus{kBlockedCollective, -1, nullptr, {}, bytes, &task, how.crowd, how.moves};
   if (!block_until(done, focus, timeout_)) throw_timeout(focus, timeout_);
 }
 

@@ -45,6 +45,21 @@ struct WaitFocus {
   MatchKey key;
   std::uint64_t bytes = 0;
   const BackgroundTask* task = nullptr;  // a collective: it knows whom it still waits for
+  // A collective on the world lane: every one of these ranks must run before the wait can
+  // end (each lane round needs every member), so the wait counts as crowded when they
+  // outnumber the CPUs, however many of them are asleep at the moment (a sleeper needs a CPU
+  // as soon as it is woken for this very round). 0: only the ranks awake count.
+  int crowd = 0;
+  // A counter the waited-for call advances whenever it moves (the lane's round), or null:
+  // each change restarts the spin time, so a long call that keeps moving round after round
+  // does not fall asleep between its rounds.
+  const std::uint64_t* moves = nullptr;
+};
+
+// What a blocking collective tells Engine::wait_until beyond its name (WaitFocus::crowd, ::moves).
+struct CollectiveWait {
+  int crowd = 0;
+  const std::uint64_t* moves = nullptr;
 };
 
 class Engine : public transport::InboundHandler, public std::enable_shared_from_this<Engine> {
@@ -92,7 +107,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // and peer checks. Throws Timeout after the process group's timeout, PeerFailure as every
   // wait does, and whatever done() throws. Defined in engine/block_until.hpp.
   template <class Done>
-  void wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes);
+  void wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes,
+                  CollectiveWait how = {});
 
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;

@@ -78,6 +78,7 @@ struct FakeWire {
   int blocked_now = 0;                          // set_blocked minus clear_blocked
   bool finalized = false;
   int polls = 0;
+  int sleeps = 0;  // calls of sleep(): the engine's waiting loop went to phase 2
 };
 
 class FakeTransport final : public transport::Transport {
@@ -130,7 +131,7 @@ class FakeTransport final : public transport::Transport {
 
   int awake_ranks() const override { return 1; }
   std::uint32_t arm() override { return 0; }
-  void sleep(std::uint32_t, std::chrono::nanoseconds) override {}
+  void sleep(std::uint32_t, std::chrono::nanoseconds) override { ++w_->sleeps; }
   void disarm() override {}
 
   transport::PeerState peer_state(int peer) override { return w_->peers[peer]; }

@@ -1,0 +1,98 @@
+// Engine::wait_until, the waiting loop of a blocking collective on the world lane: a call that
+// keeps moving round after round spins on instead of sleeping when its spin time runs out, and
+// a call whose members outnumber the CPUs is crowded (it yields and spins the crowded time)
+// however many ranks the transport counts awake.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "engine/background.hpp"
+#include "engine/block_until.hpp"
+#include "fake_transport.hpp"
+
+using namespace shmdist;
+using namespace shmdist::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Named final : engine::BackgroundTask {
+  bool advance() override { return false; }
+  bool finished() const override { return false; }
+  void abandon(std::exception_ptr) override {}
+  void awaited_peers(std::vector<int>&) const override {}
+  std::string describe() const override { return "a test collective"; }
+};
+
+// An engine of rank 0 of 3 on one CPU, whose fake transport counts one rank awake.
+struct WaitRig {
+  explicit WaitRig(wait::SpinPolicy spin) : wire(std::make_shared<FakeWire>(0, 3)) {
+    spin.cpus = 1;
+    spin.health_check = 1ms;
+    engine = std::make_shared<engine::Engine>(std::make_unique<FakeTransport>(wire), spin, 30s);
+  }
+  std::shared_ptr<FakeWire> wire;
+  std::shared_ptr<engine::Engine> engine;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(engine_waiting)
+
+// Before WaitFocus::moves, a collective of many rounds fell asleep once its spin time had
+// passed since the call began, between two rounds, however fast the rounds came.
+BOOST_AUTO_TEST_CASE(a_call_that_keeps_moving_does_not_sleep) {
+  wait::SpinPolicy spin;
+  spin.spin_alone = spin.spin_crowded = 100ms;
+  WaitRig rig(spin);
+  std::uint64_t rounds = 0;
+  const auto until = std::chrono::steady_clock::now() + 300ms;  // three spin times of rounds
+  const Named what;
+  rig.engine->wait_until(
+      [&] {
+        ++rounds;  // a round moved at every look
+        return std::chrono::steady_clock::now() >= until;
+      },
+      what, 0, {0, &rounds});
+  BOOST_TEST(rounds > 1u);
+  BOOST_TEST(rig.wire->sleeps == 0);
+}
+
+// Without moves the same call sleeps once its spin time is over (what the test above rules
+// out is the loop's doing, not the fake transport's).
+BOOST_AUTO_TEST_CASE(a_call_that_does_not_move_sleeps_after_its_spin_time) {
+  wait::SpinPolicy spin;
+  spin.spin_alone = spin.spin_crowded = 1ms;
+  WaitRig rig(spin);
+  const auto until = std::chrono::steady_clock::now() + 50ms;
+  const Named what;
+  rig.engine->wait_until([&] { return std::chrono::steady_clock::now() >= until; }, what, 0);
+  BOOST_TEST(rig.wire->sleeps > 0);
+}
+
+// The transport counts one rank awake on one CPU (not crowded: spin_alone, here 0, so the
+// loop would sleep at once); a call whose three members must all run is crowded: it spins the
+// crowded time, yielding, and finishes without sleeping.
+BOOST_AUTO_TEST_CASE(a_call_whose_members_outnumber_the_cpus_is_crowded) {
+  wait::SpinPolicy spin;
+  spin.spin_alone = 0ms;
+  spin.spin_crowded = 10s;
+  {
+    WaitRig rig(spin);
+    int looks = 0;
+    const Named what;
+    rig.engine->wait_until([&] { return ++looks >= 1000; }, what, 0, {3, nullptr});
+    BOOST_TEST(rig.wire->sleeps == 0);
+  }
+  {
+    WaitRig rig(spin);  // the same call, counting only the ranks awake: it sleeps
+    int looks = 0;
+    const Named what;
+    rig.engine->wait_until([&] { return ++looks >= 1000; }, what, 0);
+    BOOST_TEST(rig.wire->sleeps > 0);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
