@@ -171,7 +171,7 @@ LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int
   p.root = root;
   p.total = tensor.nbytes();
   p.window = lane.slot_size() / 8 * 8;  // whole elements of every dtype
-  p.sliced = p.n >= kSliceMinMembers && p.total > kSliceThreshold;
+  p.sliced = p.n >= kSliceMinMembers && p.total > slice_threshold(p.n);
   p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.data = bytes_of(tensor);
   return p;

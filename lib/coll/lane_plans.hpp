@@ -6,7 +6,7 @@
 //
 // all_reduce (and reduce) has two algorithms, chosen by size and group size alike on every
 // member (the fingerprints agree, so the choice does too):
-//   direct  (up to kSliceThreshold bytes, or 2 members): one round per window; every member
+//   direct  (up to slice_threshold(n) bytes, or 2 members): one round per window; every member
 //           copies its window in and reduces all members' windows straight into its output;
 //   sliced  (above, 3 members or more): two rounds per window. Round 1: each member copies its window in and,
 //           once all have, reduces only its own slice (1/n of the window, member order as
@@ -25,10 +25,19 @@
 
 namespace shmdist::coll {
 
-// all_reduce windows above this many bytes, in groups of at least kSliceMinMembers, take the
-// sliced algorithm.
-inline constexpr std::size_t kSliceThreshold = 64 * 1024;
+// all_reduce windows above slice_threshold(n) bytes, in groups of at least kSliceMinMembers,
+// take the sliced algorithm. Direct reads n windows per member (n^2 for the group), sliced
+// about 3 per member (3n) plus one round more (a hand-off of each CPU when the members
+// outnumber the CPUs, a few microseconds): at 3-4 members the rounds win up to 64 KiB, at 8
+// members the n^2 reads (64 windows against 24) cost more than the extra round from 16 KiB on
+// (interleaved runs at 8 ranks on 2 cores: 64 KiB direct took 1.4x-2.6x the time of sliced;
+// the last gated run read 64 KiB direct slower than 128 KiB sliced, 235 against 163 us).
+inline constexpr std::size_t kSliceThreshold = 64 * 1024;       // 3 or 4 members
+inline constexpr std::size_t kSliceThresholdWide = 16 * 1024;   // 5 members or more
 inline constexpr int kSliceMinMembers = 3;
+inline constexpr std::size_t slice_threshold(int members) {
+  return members > 4 ? kSliceThresholdWide : kSliceThreshold;
+}
 // Two-member broadcasts above this many bytes move windows of this size (pipelined).
 inline constexpr std::size_t kBroadcastChunk = 32 * 1024;
 

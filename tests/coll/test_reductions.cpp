@@ -78,6 +78,35 @@ BOOST_AUTO_TEST_CASE(bitwise_equal_to_the_sequential_reference_on_the_world) {
   }
 }
 
+// 6 members on the world (more than the CPUs here): all_reduce and reduce switch to the
+// sliced algorithm above 16 KiB when the group has more than 4 members (64 KiB at 3-4); sizes
+// on both sides of that switch and past a slot, each bitwise equal to the sequential reference.
+BOOST_AUTO_TEST_CASE(bitwise_equal_across_the_wide_group_switch) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(6, [](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      struct Case { DType d; ReduceOp op; std::int64_t numel; };
+      const Case cases[] = {{kFloat32, ReduceOp::SUM, 4096},     {kFloat32, ReduceOp::SUM, 4097},
+                            {kFloat32, ReduceOp::MAX, 70001},    {dist::kBFloat16, ReduceOp::AVG, 8192},
+                            {dist::kBFloat16, ReduceOp::AVG, 8195}, {dist::kInt64, ReduceOp::PRODUCT, 2049}};
+      std::uint64_t seed = 700;
+      for (const Case& c : cases) {
+        ++seed;
+        std::vector<Tensor> inputs;
+        for (int r = 0; r < 6; ++r) inputs.push_back(make_input(seed, r, c.numel, c.d, c.op));
+        const Tensor want = reference_reduce(inputs, c.op, c.d);
+        Tensor t = inputs[me].clone();
+        pg.all_reduce(t, c.op);
+        require_same(t, want, label("all_reduce", c.op, c.d, c.numel));
+        const int root = static_cast<int>(seed % 6);
+        Tensor r = inputs[me].clone();
+        pg.reduce(r, root, c.op);
+        require_same(r, me == root ? want : inputs[me], label("reduce", c.op, c.d, c.numel));
+      }
+    }, p2p::job_options(mode, 64 * 1024));
+  }
+}
+
 // 2 members: the direct algorithm at every size and the two-input kernel.
 BOOST_AUTO_TEST_CASE(bitwise_equal_with_two_members) {
   expect_job_ok(2, [](dist::ProcessGroup& pg) { check_reductions(pg, {}, 300); },
