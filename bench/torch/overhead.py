@@ -3,7 +3,7 @@
 ranks, timed along four paths in one process, rounds interleaved.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/overhead.py
-        [--backends shm,gloo] [--size 8] [--iterations 20000] [--rounds 5]
+        [--backends shm,gloo,null] [--size 8] [--iterations 20000] [--rounds 5] [--count]
 
 Paths, each a half round trip in us (one send on one rank, the matching recv on the other):
   dist     dist.send / dist.recv (torch's Python layer, distributed_c10d.py, then as below)
@@ -15,6 +15,12 @@ Paths, each a half round trip in us (one send on one rank, the matching recv on 
 Then the differences: torch's Python layer (dist - method), torch's binding layer (method -
 c10d), the backend's c10d adapter (c10d - shmdist) and the total Python-level overhead over
 the C++ call (dist - c10d). Each figure is the median over the rounds.
+
+Backend "null" is the floor: a c10d::ProcessGroup in shmdist._C whose send and recv do
+nothing and return an already completed Work (registered here as "shmdist_null"; it moves no
+data). Its dist, method and c10d figures are what torch's layers cost any backend; with "shm"
+and "null" in one run, the lines after the table give "shm"'s cost above that floor, from
+Python (dist) and from C++ (c10d), and the Python-level overhead of each over its C++ call.
 """
 import argparse
 import os
@@ -26,6 +32,7 @@ import tempfile
 import time
 
 TAG = 7
+NULL_BACKEND = "shmdist_null"  # the floor (see above): what torch.distributed itself costs
 
 
 def make_paths(args, dist, group, t, peer):
@@ -69,7 +76,12 @@ def worker(args):
     if args.backend == "shm":
         import shmdist.torch  # noqa: F401
     from shmdist import _C
-    dist.init_process_group(backend=args.backend)
+    backend = args.backend
+    if backend == "null":
+        backend = NULL_BACKEND
+        if NULL_BACKEND.upper() not in dist.Backend._plugins:
+            dist.Backend.register_backend(NULL_BACKEND, _C._create_null_process_group)
+    dist.init_process_group(backend=backend)
     me = dist.get_rank()
     group = dist.distributed_c10d._get_default_group()
     t = torch.zeros(args.size, dtype=torch.uint8)
@@ -116,7 +128,16 @@ def worker(args):
         if me == 0:
             for name in names:
                 print(f"{name} {statistics.median(figures[name]):.4f}", flush=True)
-    dist.barrier()
+    if args.backend == "null":
+        # Its barrier does nothing, yet rank 0 hosts the store: it must leave last, or a
+        # slower rank still inside init_process_group loses the store ("Broken pipe").
+        store = dist.distributed_c10d._get_default_store()
+        if me == 0:
+            store.wait([f"overhead-done-{r}" for r in range(1, dist.get_world_size())])
+        else:
+            store.set(f"overhead-done-{me}", "1")
+    else:
+        dist.barrier()
     dist.destroy_process_group()
 
 
@@ -187,7 +208,7 @@ def read_counts(outdir, iterations, keep):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backends", default="shm,gloo", type=lambda s: s.split(","))
+    ap.add_argument("--backends", default="shm,gloo,null", type=lambda s: s.split(","))
     ap.add_argument("--size", type=int, default=8)
     ap.add_argument("--iterations", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
@@ -217,15 +238,36 @@ def main():
               f"interleaved rounds of {args.iterations}")
     print(f"{'# backend':<10}{'dist':>10}{'method':>10}{'c10d':>10}{'shmdist':>10}"
           f"{'py layer':>10}{'binding':>10}{'adapter':>10}{'over C++':>10}")
+    figures = {}
     for backend in args.backends:
-        f = run_backend(args, backend)
+        f = figures[backend] = run_backend(args, backend)
         core = f.get("shmdist")
         row = [f["dist"], f["method"], f["c10d"], core, f["dist"] - f["method"],
                f["method"] - f["c10d"], None if core is None else f["c10d"] - core,
                f["dist"] - f["c10d"]]
-        print(f"{backend:<10}" + "".join(f"{'-':>10}" if v is None else (f"{v:>10.0f}" if args.count else f"{v:>10.3f}") for v in row),
+        print(f"{backend:<10}" + "".join(f"{'-':>10}" if v is None else fmt(v, args) for v in row),
               flush=True)
+    if "shm" in figures and "null" in figures:
+        print(floor_lines(figures["shm"], figures["null"], args), end="")
     return 0
+
+
+def fmt(v, args, width=10):
+    return f"{v:>{width}.0f}" if args.count else f"{v:>{width}.3f}"
+
+
+def floor_lines(shm, null, args):
+    """What "shm" costs above the floor (backend "null", which does nothing)."""
+    unit = "instructions" if args.count else "us"
+    lines = [
+        ("shm above the floor, from Python (dist)", shm["dist"] - null["dist"]),
+        ("shm above the floor, in C++ (c10d)", shm["c10d"] - null["c10d"]),
+        ("Python-level overhead over the C++ call, shm (dist - c10d)", shm["dist"] - shm["c10d"]),
+        ("Python-level overhead over the C++ call, null: the floor", null["dist"] - null["c10d"]),
+        ("shm's part of its Python-level overhead (the two above)",
+         (shm["dist"] - shm["c10d"]) - (null["dist"] - null["c10d"])),
+    ]
+    return "".join(f"# {what:<62}{fmt(v, args)} {unit}\n" for what, v in lines)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
+#include "null_group.hpp"
 #include "overhead.hpp"
 #include "pg/runtime_hooks.hpp"
 #include "process_group.hpp"
@@ -137,5 +138,11 @@ PYBIND11_MODULE(_C, m) {
         py::arg("pattern"), py::arg("tensor"), py::arg("peer"), py::arg("iterations"),
         py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>());
   m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
+  // The floor for bench/torch/overhead.py: the creator of a backend that moves nothing (its
+  // send, recv and barrier return completed Work), registered there as "shmdist_null".
+  py::class_<torch_backend::ProcessGroupNull, c10d::ProcessGroup,
+             c10::intrusive_ptr<torch_backend::ProcessGroupNull>>(m, "_ProcessGroupNull");
+  m.def("_create_null_process_group", &torch_backend::create_null_process_group,
+        py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
   m.attr("__version__") = kVersionString;
 }

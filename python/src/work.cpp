@@ -16,8 +16,14 @@ ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, c10d::OpType type,
       timeout_(timeout) {}
 
 // The shmdist Work objects are released under the job's mutex: dropping the last reference
-// to an operation must not race with another thread's progress on the same engine.
+// to an operation must not race with another thread's progress on the same engine. A work
+// that completed holds none (complete_locked and fail_locked released them under the
+// mutex), so it skips the lock. Reading works_ here without it is safe: the destructor runs
+// after the last reference is dropped, and intrusive_ptr's release is an acq_rel decrement
+// of the reference count, so every earlier change (made under the mutex, then released by
+// its thread's own drop of a reference) happens before this read.
 ShmWork::~ShmWork() {
+  if (works_.empty() && on_success_.empty()) return;
   std::lock_guard lock(job_->mutex);
   works_.clear();
   on_success_.clear();
@@ -93,6 +99,7 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
                         " ms; check that every member of the group makes the matching call");
         }
         complete_locked();
+        return true;  // completed here, successfully: nothing to rethrow
       } catch (const c10::Error&) {
         throw;
       } catch (...) {

@@ -4,6 +4,7 @@
 // shmdist: there is no background thread.
 #pragma once
 
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
@@ -48,7 +49,8 @@ class ShmWork : public c10d::Work {
   bool done() const;
 
   std::shared_ptr<Job> job_;
-  std::vector<shmdist::Work> works_;
+  // Most calls post one shmdist operation: kept inline, without an allocation.
+  c10::SmallVector<shmdist::Work, 1> works_;
   std::vector<std::function<void()>> on_success_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<const std::vector<int>> members_;  // global ranks by group rank (receives)
