@@ -23,8 +23,9 @@
 // never blocked for good (sends must complete under unlimited buffering, API.md §3).
 //
 // Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
-// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us
-// growing to 1 ms while nothing arrives) and polls MPI on every wake-up.
+// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us,
+// doubling per sleep to 10 ms while nothing arrives: PollBackoff) and polls MPI on every
+// wake-up.
 #pragma once
 
 #include <memory>
