@@ -342,8 +342,17 @@ class MpiTransport final : public RemoteTransport {
   }
 
   // One look at MPI over every posted receive: stashes what arrived. Returns whether anything
-  // did (messages or finalize markers). MPI_Testsome runs MPI's progress engine once.
+  // did (messages or finalize markers). Open MPI's MPI_Testsome, finding nothing complete,
+  // runs the progress engine (which may complete receives) and returns without looking
+  // again, so a look that found nothing looks once more: otherwise a message pulled in by the
+  // first would wait for the next poll, which for a sleeper is a whole poll interval later
+  // (MPI_Test looks again by itself: with one remote peer that is the one call).
   bool collect() {
+    if (remote_.size() == 1) return collect_one(peers_[remote_[0]]);
+    return collect_some() || collect_some();
+  }
+
+  bool collect_some() {
     int count = 0;
     MPI_Testsome(static_cast<int>(posted_.size()), posted_.data(), &count, done_index_.data(),
                  done_status_.data());
@@ -362,13 +371,14 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  // The same for one source's receive only.
-  void collect_one(Peer& p) {
-    if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return;
+  // The same for one source's receive only (MPI_Test runs the progress engine at most once).
+  bool collect_one(Peer& p) {
+    if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     int flag = 0;
     MPI_Status st;
     MPI_Test(&posted_[p.slot], &flag, &st);
     if (flag) arrived(p, st);
+    return flag != 0;
   }
 
   // The posted receive of `p` completed with `st`: a header (its payload follows on the
