@@ -260,8 +260,13 @@ class MpiTransport final : public RemoteTransport {
   };
   using Slot = std::list<Inflight>::iterator;
 
-  static bool wait_a_little(std::chrono::steady_clock::time_point deadline) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+  // Sleeps a moment before the destructor looks again; past `deadline`, leaves MPI as it is
+  // (not finalized: it would wait for what is still in flight) and returns false.
+  bool wait_a_little(std::chrono::steady_clock::time_point deadline) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      session_->abandon();
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     return true;
   }
