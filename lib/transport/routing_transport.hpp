@@ -7,11 +7,11 @@
 // an any-source receive hears both. Order per (source, group, tag) holds because each source
 // is served by exactly one transport, which keeps its own per-source order.
 //
-// Cost: looking at MPI is not free (MPI_Iprobe runs Open MPI's progress engine: microseconds
-// over TCP), while a rank talking to local peers makes a progress call every few hundred
-// nanoseconds. So the remote side is looked at on every call only while it delivers; after a
-// look that found nothing it is skipped for 1, 2, 4, ... up to kMaxRemoteSkip calls. It is
-// looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
+// Cost: looking at MPI is not free (MPI_Test/MPI_Testsome run Open MPI's progress engine:
+// microseconds over TCP), while a rank talking to local peers makes a progress call every few
+// hundred nanoseconds. So the remote side is looked at on every call only while it
+// delivers; after a look that found nothing it is skipped for 1, 2, 4, ... up to
+// kMaxRemoteSkip calls. It is looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
 // (before sleeping, at finalize), after a sleep and after starting a send to a remote peer
 // (a reply is likely), so the remote side is never starved: an any-source receive hears a
 // remote message within kMaxRemoteSkip + 1 calls.
