@@ -11,10 +11,10 @@
 // microseconds over TCP), while a rank talking to local peers makes a progress call every few
 // hundred nanoseconds. So the remote side is looked at on every call only while it
 // delivers; after a look that found nothing it is skipped for 1, 2, 4, ... up to
-// kMaxRemoteSkip calls. It is looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
-// (before sleeping, at finalize), after a sleep and after starting a send to a remote peer
-// (a reply is likely), so the remote side is never starved: an any-source receive hears a
-// remote message within kMaxRemoteSkip + 1 calls.
+// kMaxRemoteSkip calls. It is looked at at once when the caller waits for a remote peer
+// (`preferred`), on a full scan (before sleeping, at finalize), after a sleep and after
+// starting a send to a remote peer (a reply is likely), so the remote side is never
+// starved: an any-source receive hears a remote message within kMaxRemoteSkip + 1 calls.
 // A call waiting for a local peer (`preferred` on this host) while no remote send is in
 // flight backs off further, up to kMaxRemoteSkipLocalWait calls: MPI buffers what arrives
 // meanwhile, and a pair of local ranks in a ping-pong then almost never enters MPI (whose
