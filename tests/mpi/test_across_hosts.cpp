@@ -100,7 +100,15 @@ BOOST_AUTO_TEST_CASE(a_message_up_to_32_kib_crosses_as_one_mpi_message) {
 BOOST_AUTO_TEST_CASE(a_small_message_across_hosts_allocates_nothing) {
   const auto r = across_hosts("a,b", {SHMDIST_TEST_HOSTS_CHECK, "allocs"});
   BOOST_TEST(r.exit_code == 0, r.err);
-  BOOST_TEST(r.out == "ALLOCS 0 0\n");
+  bool asan = false;  // AddressSanitizer owns operator new: nothing is counted under it
+#if defined(__SANITIZE_ADDRESS__)
+  asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  asan = true;
+#endif
+#endif
+  BOOST_TEST(r.out == (asan ? "ALLOCS not counted under AddressSanitizer\n" : "ALLOCS 0 0\n"));
 }
 
 // A rank on another host dies by SIGKILL while the others wait for it: the job ends (mpirun
