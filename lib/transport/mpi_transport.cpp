@@ -12,8 +12,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <list>
-#include <map>
+#include <optional>
 #include <thread>
 
 #include "transport/frame.hpp"
@@ -81,12 +82,15 @@ constexpr int kHeaderTag = 1;
 constexpr int kPayloadTag = 2;
 constexpr std::uint64_t kChunk = std::uint64_t{1} << 30;  // MPI counts are ints
 constexpr int kMessagesPerPoll = 32;
-constexpr std::chrono::nanoseconds kPollMin = std::chrono::microseconds(10);
-constexpr std::chrono::nanoseconds kPollMax = std::chrono::milliseconds(1);
-constexpr std::chrono::nanoseconds kPollWhileSending = std::chrono::microseconds(100);
+constexpr int kHeaderBytes = static_cast<int>(sizeof(MessageHeader));
+// What one posted receive on the header tag takes: a header, or a packed message.
+constexpr int kPostedBytes = kHeaderBytes + static_cast<int>(kMpiPackedMax);
 // Packed messages this rank may hold copies of, beyond which a send waits for MPI again (a
 // receiver that never polls must not make us buffer without bound).
 constexpr std::uint64_t kMaxBufferedBytes = std::uint64_t{4} << 20;
+// Finished send slots kept for reuse (with their buffers), so that a steady stream of small
+// sends allocates nothing.
+constexpr std::size_t kSpareSlots = 64;
 
 class MpiTransport final : public RemoteTransport {
  public:
@@ -96,7 +100,18 @@ class MpiTransport final : public RemoteTransport {
         rank_(session_->rank()),
         world_(session_->size()),
         remote_(std::move(remote)),
-        peers_(world_) {}
+        peers_(world_),
+        posted_(remote_.size(), MPI_REQUEST_NULL),
+        done_index_(remote_.size()),
+        done_status_(remote_.size()),
+        sending_(world_) {
+    for (std::size_t i = 0; i < remote_.size(); ++i) {
+      Peer& p = peers_[remote_[i]];
+      p.slot = static_cast<int>(i);
+      p.staged.resize(kPostedBytes);
+      post(p);
+    }
+  }
 
   ~MpiTransport() override {
     // Sends still in flight (finalize markers, packed and orphaned sends) must complete
@@ -109,45 +124,59 @@ class MpiTransport final : public RemoteTransport {
         it = inflight_.erase(it);
         continue;
       }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        session_->abandon();
-        return;
+      if (!wait_a_little(deadline)) return;
+    }
+    // Receives still posted (peers whose finalize marker never came: they ended without
+    // destroy_process_group) are cancelled; one a message matched already completes instead.
+    for (MPI_Request& r : posted_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      for (int flag = 0;;) {
+        MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        if (flag) break;
+        if (!wait_a_little(deadline)) return;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
+  // One look at MPI (MPI_Testsome over the posted receives) takes in whatever arrived; the
+  // preferred source is served first, then stashed messages in rotation. MPI is looked at
+  // again only while looks deliver, up to kMessagesPerPoll messages.
   bool poll(InboundHandler& handler, int preferred, bool /*full_scan*/) override {
     reap();
-    bool moved = false;
-    if (preferred >= 0) moved |= take_from(preferred, handler);
+    bool moved = collect();
+    if (preferred >= 0 && peers_[preferred].stashed) {
+      deliver(preferred, handler);
+      moved = true;
+    }
     for (int i = 0; i < kMessagesPerPoll; ++i) {
-      const int src = next_source(moved);
+      int src = next_stashed();
+      if (src < 0 && moved && collect()) src = next_stashed();
       if (src < 0) break;
       deliver(src, handler);
       moved = true;
     }
-    if (moved) interval_ = kPollMin;
+    if (moved) backoff_.reset();
     return moved;
   }
 
   DirectResult receive_direct(int src, const Expectation& want) override {
     Peer& p = peers_[src];
-    if (!p.stashed) fetch(src);
+    if (!p.stashed) collect_one(p);
     if (!p.stashed) return DirectResult::Empty;  // nothing, or a finalize marker
     if (!(p.header == encode_header(want.env))) return DirectResult::Other;
     receive_payload(src, want.dest, 0);
-    interval_ = kPollMin;
+    backoff_.reset();
     return DirectResult::Received;
   }
 
   int receive_direct_any(const Expectation& want, DirectResult& result) override {
-    bool moved = false;
     for (int i = 0; i < 4; ++i) {
-      const int src = next_source(moved);
+      int src = next_stashed();
+      if (src < 0 && collect()) src = next_stashed();
       if (src < 0) break;
       result = receive_direct(src, want);
       if (result == DirectResult::Received) return src;
@@ -159,23 +188,26 @@ class MpiTransport final : public RemoteTransport {
 
   bool send_some(int dst, OutboundMessage& msg) override {
     if (!msg.started) return start_send(dst, msg);
-    auto it = sending_.find(dst);
-    if (it == sending_.end()) return false;
-    if (!complete(*it->second)) return false;
+    auto& head = sending_[dst];
+    if (!head) return false;
+    if (!complete(**head)) return false;
     msg.sent = msg.env.nbytes;
     msg.next += msg.env.nbytes;
-    forget(it->second);
-    sending_.erase(it);
+    forget(*head);
+    head.reset();
     return true;
   }
 
   void flush() override { reap(); }
   bool inbound_in_progress(int) const override { return false; }  // payloads arrive whole
   bool inbound_pending(int src) const override {
-    if (peers_[src].stashed) return true;
+    const Peer& p = peers_[src];
+    if (p.stashed) return true;
+    if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
+    // Whether the posted receive completed, without completing it (the request stays ours).
     int flag = 0;
     MPI_Status st;
-    MPI_Iprobe(src, kHeaderTag, comm_, &flag, &st);
+    MPI_Request_get_status(posted_[p.slot], &flag, &st);
     int count = 0;
     if (flag) MPI_Get_count(&st, MPI_BYTE, &count);
     return count > 0;  // a finalize marker (0 bytes) is not data
@@ -189,12 +221,7 @@ class MpiTransport final : public RemoteTransport {
   }
   void disarm() override {}
 
-  std::chrono::nanoseconds poll_interval() override {
-    if (!sending_.empty()) return std::min(interval_, kPollWhileSending);
-    const auto now = interval_;
-    interval_ = std::min(interval_ * 2, kPollMax);
-    return now;
-  }
+  std::chrono::nanoseconds poll_interval() override { return backoff_.next(waiting_sends_ > 0); }
 
   PeerState peer_state(int peer) override {
     if (peers_[peer].finalized) return {PeerStatus::Finalized, true, {}};
@@ -209,7 +236,7 @@ class MpiTransport final : public RemoteTransport {
 
   void mark_finalized() override {
     for (int peer : remote_) {
-      Inflight& f = inflight_.emplace_back();
+      Inflight& f = new_slot();
       f.reqs.emplace_back();
       MPI_Isend(nullptr, 0, MPI_BYTE, peer, kHeaderTag, comm_, &f.reqs.back());
     }
@@ -217,18 +244,32 @@ class MpiTransport final : public RemoteTransport {
 
  private:
   struct Peer {
+    int slot = -1;                // index in remote_ / posted_; -1 for ranks on this host
     MessageHeader header{};
     bool stashed = false;         // `header` was received; its payload is not delivered yet
     bool packed = false;          // ... and the payload is in `staged`, after the header
-    std::vector<std::byte> staged;  // a packed message as it arrived (header + payload)
+    std::vector<std::byte> staged;  // the posted receive's buffer (kPostedBytes)
     bool finalized = false;
   };
   struct Inflight {
     MessageHeader header{};
-    std::vector<std::byte> packed;  // header + payload of a packed message
+    std::vector<std::byte> packed;  // header + payload of a packed message (capacity reused)
+    std::size_t packed_bytes = 0;   // of `packed` in use
     std::vector<MPI_Request> reqs;
     OutboundMessage* msg = nullptr;  // set while the engine waits for it
   };
+  using Slot = std::list<Inflight>::iterator;
+
+  // Sleeps a moment before the destructor looks again; past `deadline`, leaves MPI as it is
+  // (not finalized: it would wait for what is still in flight) and returns false.
+  bool wait_a_little(std::chrono::steady_clock::time_point deadline) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      session_->abandon();
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    return true;
+  }
 
   bool complete(Inflight& f) {
     int flag = 0;
@@ -236,9 +277,22 @@ class MpiTransport final : public RemoteTransport {
     return flag != 0;
   }
 
-  void forget(std::list<Inflight>::iterator it) {
-    buffered_ -= it->packed.size();
-    inflight_.erase(it);
+  // A send slot at the end of inflight_, reused from spare_ when one is there.
+  Inflight& new_slot() {
+    if (spare_.empty()) return inflight_.emplace_back();
+    inflight_.splice(inflight_.end(), spare_, spare_.begin());
+    Inflight& f = inflight_.back();
+    f.packed_bytes = 0;
+    f.reqs.clear();
+    f.msg = nullptr;
+    return f;
+  }
+
+  void forget(Slot it) {
+    buffered_ -= it->packed_bytes;
+    if (it->msg != nullptr) --waiting_sends_;
+    if (spare_.size() < kSpareSlots) spare_.splice(spare_.begin(), inflight_, it);
+    else inflight_.erase(it);
   }
 
   // A message of at most kMpiPackedMax payload bytes travels as one MPI message, header and
@@ -247,17 +301,21 @@ class MpiTransport final : public RemoteTransport {
   // are copied) unless kMaxBufferedBytes are already held. A larger one sends the header,
   // then the payload straight from the tensor (no copy), and is done when MPI is.
   bool start_send(int dst, OutboundMessage& msg) {
-    Inflight& f = inflight_.emplace_back();
+    // Finished sends are freed here too, not only in poll(): a ping-pong whose receives all
+    // take the direct path never polls, and would otherwise hold every packed message sent.
+    reap();
+    Inflight& f = new_slot();
     f.header = encode_header(msg.env);
     msg.started = true;
     const std::uint64_t n = msg.env.nbytes;
     if (n > 0 && n <= kMpiPackedMax) {
-      f.packed.resize(sizeof(MessageHeader) + n);
+      f.packed_bytes = sizeof(MessageHeader) + n;
+      if (f.packed.size() < f.packed_bytes) f.packed.resize(f.packed_bytes);
       std::memcpy(f.packed.data(), &f.header, sizeof(MessageHeader));
       std::memcpy(f.packed.data() + sizeof(MessageHeader), msg.next, n);
-      buffered_ += f.packed.size();
+      buffered_ += f.packed_bytes;
       f.reqs.emplace_back();
-      MPI_Isend(f.packed.data(), static_cast<int>(f.packed.size()), MPI_BYTE, dst, kHeaderTag,
+      MPI_Isend(f.packed.data(), static_cast<int>(f.packed_bytes), MPI_BYTE, dst, kHeaderTag,
                 comm_, &f.reqs.back());
       if (buffered_ <= kMaxBufferedBytes) {
         msg.sent = n;
@@ -277,79 +335,96 @@ class MpiTransport final : public RemoteTransport {
       if (n == 0) return true;
     }
     f.msg = &msg;
+    ++waiting_sends_;
     sending_[dst] = std::prev(inflight_.end());
     return true;
   }
 
-  // A source whose next message is stashed: stashed ones first (in rotation), then whatever
-  // MPI has (MPI_ANY_SOURCE: only when nothing is stashed, so the message it takes cannot
-  // queue behind a stashed one). -1 if none; sets `moved` if finalize markers were taken.
-  int next_source(bool& moved) {
-    for (std::size_t i = 0; i < remote_.size(); ++i) {
-      cursor_ = cursor_ + 1 >= remote_.size() ? 0 : cursor_ + 1;
-      if (peers_[remote_[cursor_]].stashed) return remote_[cursor_];
-    }
-    for (;;) {
-      const int src = fetch(MPI_ANY_SOURCE);
-      if (src < 0) return -1;
-      if (peers_[src].stashed) return src;
-      moved = true;  // a finalize marker
-    }
+  // (Re)posts the receive on the header tag from `p`.
+  void post(Peer& p) {
+    MPI_Irecv(p.staged.data(), kPostedBytes, MPI_BYTE, remote_[p.slot], kHeaderTag, comm_,
+              &posted_[p.slot]);
   }
 
-  // Receives the next message on the header tag from `src` (or any source) if one has
-  // arrived: a header (its payload follows on the payload tag), a packed message, or a
-  // finalize marker (0 bytes, stashes nothing). Returns its source, or -1 if none arrived.
-  // The caller makes sure nothing is stashed for a source it may return.
-  int fetch(int src) {
+  // One look at MPI over every posted receive: stashes what arrived. Returns whether anything
+  // did (messages or finalize markers). Open MPI's MPI_Testsome, finding nothing complete,
+  // runs the progress engine (which may complete receives) and returns without looking
+  // again, so a look that found nothing looks once more: otherwise a message pulled in by the
+  // first would wait for the next poll, which for a sleeper is a whole poll interval later
+  // (MPI_Test looks again by itself: with one remote peer that is the one call).
+  bool collect() {
+    if (remote_.size() == 1) return collect_one(peers_[remote_[0]]);
+    return collect_some() || collect_some();
+  }
+
+  bool collect_some() {
+    int count = 0;
+    MPI_Testsome(static_cast<int>(posted_.size()), posted_.data(), &count, done_index_.data(),
+                 done_status_.data());
+    if (count == MPI_UNDEFINED || count == 0) return false;  // undefined: nothing posted
+    // Every completed receive is taken in before a corrupt one is reported: their requests
+    // are spent.
+    std::exception_ptr corrupt;
+    for (int k = 0; k < count; ++k) {
+      try {
+        arrived(peers_[remote_[done_index_[k]]], done_status_[k]);
+      } catch (const PeerFailure&) {
+        if (!corrupt) corrupt = std::current_exception();
+      }
+    }
+    if (corrupt) std::rethrow_exception(corrupt);
+    return true;
+  }
+
+  // The same for one source's receive only (MPI_Test runs the progress engine at most once).
+  bool collect_one(Peer& p) {
+    if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     int flag = 0;
-    MPI_Message handle;
     MPI_Status st;
-    MPI_Improbe(src, kHeaderTag, comm_, &flag, &handle, &st);
-    if (!flag) return -1;
-    const int from = st.MPI_SOURCE;
+    MPI_Test(&posted_[p.slot], &flag, &st);
+    if (flag) arrived(p, st);
+    return flag != 0;
+  }
+
+  // The posted receive of `p` completed with `st`: a header (its payload follows on the
+  // payload tag), a packed message, or a finalize marker (0 bytes: nothing follows, the
+  // receive is not posted again). A message longer than kPostedBytes cannot arrive: MPI
+  // reports it as truncated and, under its default error handler, ends the job.
+  void arrived(Peer& p, const MPI_Status& st) {
+    const int from = remote_[p.slot];
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
-    Peer& p = peers_[from];
-    constexpr int kHeader = static_cast<int>(sizeof(MessageHeader));
-    if (count != 0 && (count < kHeader || static_cast<std::uint64_t>(count) > kHeader + kMpiPackedMax))
+    if (count == 0) {
+      p.finalized = true;
+      return;
+    }
+    if (count < kHeaderBytes)
       throw PeerFailure("rank " + std::to_string(from) + " sent a " + std::to_string(count) +
                         "-byte message header over MPI; expected 32 bytes, or 32 plus at most " +
                         std::to_string(kMpiPackedMax) + " payload bytes (is it running another "
                         "version of shmdist?)");
-    if (count == 0) {
-      MPI_Mrecv(nullptr, 0, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
-      p.finalized = true;
-      return from;
-    }
-    p.packed = count > kHeader;
-    if (p.packed) {
-      p.staged.resize(static_cast<std::size_t>(count));
-      MPI_Mrecv(p.staged.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
-      std::memcpy(&p.header, p.staged.data(), sizeof(MessageHeader));
-    } else {
-      MPI_Mrecv(&p.header, count, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
-    }
+    p.packed = count > kHeaderBytes;
+    std::memcpy(&p.header, p.staged.data(), sizeof(MessageHeader));
     decode_header(p.header, sizeof(MessageHeader), from);  // throws PeerFailure if corrupt
-    if (p.header.flags != 0 || (p.packed && p.header.nbytes != std::uint64_t(count - kHeader)))
+    if (p.header.flags != 0 ||
+        (p.packed && p.header.nbytes != std::uint64_t(count - kHeaderBytes)))
       throw PeerFailure("rank " + std::to_string(from) + " sent a message over MPI whose header "
                         "(flags " + std::to_string(p.header.flags) + ", " +
                         std::to_string(p.header.nbytes) + " bytes) does not match its " +
-                        std::to_string(count - kHeader) + " payload bytes; the stream from it "
-                        "is corrupt");
+                        std::to_string(count - kHeaderBytes) + " payload bytes; the stream from "
+                        "it is corrupt");
     p.stashed = true;
-    return from;
+    ++stashed_;
   }
 
-  // Delivers the next message from `src`. Returns whether anything was received.
-  bool take_from(int src, InboundHandler& handler) {
-    Peer& p = peers_[src];
-    if (!p.stashed) {
-      if (fetch(src) < 0) return false;
-      if (!p.stashed) return true;  // a finalize marker
+  // The next source with a stashed message, in rotation (fairness); -1 if none.
+  int next_stashed() {
+    if (stashed_ == 0) return -1;
+    for (std::size_t i = 0; i < remote_.size(); ++i) {
+      cursor_ = cursor_ + 1 >= remote_.size() ? 0 : cursor_ + 1;
+      if (peers_[remote_[cursor_]].stashed) return remote_[cursor_];
     }
-    deliver(src, handler);
-    return true;
+    return -1;
   }
 
   // Hands the engine the stashed message of `src`.
@@ -361,18 +436,21 @@ class MpiTransport final : public RemoteTransport {
     handler.on_message_complete(sink, env);
   }
 
-  // Puts the stashed message's payload from byte `from` on into `dest` and unstashes it. A
-  // packed one is here already; otherwise its sender posted the payload with the header, so
-  // this blocking receive waits only for the bytes to cross (MPI progresses every request
-  // meanwhile).
+  // Puts the stashed message's payload from byte `from` on into `dest`, unstashes it and
+  // posts the source's next receive. A packed one is here already; otherwise its sender
+  // posted the payload with the header, so this blocking receive waits only for the bytes to
+  // cross (MPI progresses every request meanwhile).
   void receive_payload(int src, std::byte* dest, std::uint64_t from) {
     Peer& p = peers_[src];
     const std::uint64_t nbytes = p.header.nbytes - from;
     p.stashed = false;
+    --stashed_;
     if (p.packed) {
       if (nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader) + from, nbytes);
+      post(p);
       return;
     }
+    post(p);  // the header was copied out of `staged`; the payload comes on another tag
     for (std::uint64_t off = 0; off < nbytes; off += kChunk) {
       const auto n = static_cast<int>(std::min(kChunk, nbytes - off));
       MPI_Status st;
@@ -406,12 +484,20 @@ class MpiTransport final : public RemoteTransport {
   int rank_;
   int world_;
   std::vector<int> remote_;
-  std::vector<Peer> peers_;  // by global rank
+  std::vector<Peer> peers_;               // by global rank
+  std::vector<MPI_Request> posted_;       // by slot: the receive posted on the header tag
+                                          // (MPI_REQUEST_NULL while its message is stashed,
+                                          // and after the finalize marker)
+  std::vector<int> done_index_;           // MPI_Testsome's results
+  std::vector<MPI_Status> done_status_;
+  std::size_t stashed_ = 0;               // peers with a stashed message
   std::list<Inflight> inflight_;
-  std::map<int, std::list<Inflight>::iterator> sending_;  // by destination: the engine's head
-  std::uint64_t buffered_ = 0;  // bytes of packed messages in inflight_
+  std::list<Inflight> spare_;             // finished slots, for reuse
+  std::vector<std::optional<Slot>> sending_;  // by destination: the engine's head
+  std::size_t waiting_sends_ = 0;         // slots the engine waits for (sending_)
+  std::uint64_t buffered_ = 0;            // bytes of packed messages in inflight_
   std::size_t cursor_ = 0;
-  std::chrono::nanoseconds interval_ = kPollMin;
+  PollBackoff backoff_;
 };
 
 }  // namespace

@@ -5,10 +5,12 @@
 // message on the header tag: its 32-byte MessageHeader and the payload, packed (copied) into
 // one buffer. A larger one is two MPI messages: the header alone on the header tag, then the
 // payload on the payload tag (in chunks of at most 1 GiB, MPI counts being ints), sent
-// straight from the tensor with MPI_Isend. The receiver tells them apart by the header
-// message's length. MPI's non-overtaking rule per (source, tag, communicator) keeps
-// per-source order. A zero-length message on the header tag says "this rank finalized": it
-// follows every data message of that rank.
+// straight from the tensor with MPI_Isend. The receiver keeps one receive posted on the
+// header tag per remote peer (into a buffer of 32 bytes + kMpiPackedMax), so a message that
+// arrives lands there at once, as in a raw MPI_Recv loop (no probe, no unexpected-message
+// copy), and tells header from packed message by its length. MPI's non-overtaking rule per
+// (source, tag, communicator) keeps per-source order. A zero-length message on the header tag
+// says "this rank finalized": it follows every data message of that rank.
 //
 // This header names no MPI type, so the library builds without MPI: then MpiSession::start()
 // throws SetupError saying the build has no MPI support (mpi_stub.cpp).
@@ -61,13 +63,36 @@ class MpiSession {
   bool abandoned_ = false;
 };
 
+// How long a rank that waits may sleep before it looks at MPI again: MPI cannot ring our
+// doorbell, so sleepers poll it. The interval starts at kMin and doubles per sleep up to kMax
+// while nothing arrives (so a sleeper never sleeps much longer than it has already waited:
+// a remote wake-up costs at most about the time spent asleep so far, and never more than
+// kMax), starts over at kMin when something arrives, and is at most kWhileSending while sends
+// are in flight (MPI moves a large message only when its sender polls). Plain data, no MPI.
+class PollBackoff {
+ public:
+  static constexpr std::chrono::nanoseconds kMin{std::chrono::microseconds(10)};
+  static constexpr std::chrono::nanoseconds kMax{std::chrono::milliseconds(10)};
+  static constexpr std::chrono::nanoseconds kWhileSending{std::chrono::microseconds(100)};
+
+  // The next sleep's bound; grows the following one unless `sending`.
+  std::chrono::nanoseconds next(bool sending) {
+    if (sending) return interval_ < kWhileSending ? interval_ : kWhileSending;
+    const auto now = interval_;
+    interval_ = interval_ * 2 < kMax ? interval_ * 2 : kMax;
+    return now;
+  }
+  // Something arrived: the next sleeps are short again.
+  void reset() { interval_ = kMin; }
+
+ private:
+  std::chrono::nanoseconds interval_ = kMin;
+};
+
 // A Transport to other hosts, with what a waiting rank needs to know about polling it.
 class RemoteTransport : public Transport {
  public:
-  // How long a rank that waits may sleep before it polls MPI again. MPI cannot ring our
-  // doorbell, so sleepers poll it: the interval grows from 10 us (doubling per sleep) to
-  // 1 ms while nothing arrives, back to 10 us when something does, and stays at most 100 us
-  // while sends are in flight (MPI moves a large message only when its sender polls).
+  // How long a rank that waits may sleep before it polls MPI again (PollBackoff).
   virtual std::chrono::nanoseconds poll_interval() = 0;
   // Whether sends this transport started are still in MPI's hands (only progress calls move
   // them on: the receiver may be waiting for them).

@@ -7,14 +7,14 @@
 // an any-source receive hears both. Order per (source, group, tag) holds because each source
 // is served by exactly one transport, which keeps its own per-source order.
 //
-// Cost: looking at MPI is not free (MPI_Iprobe runs Open MPI's progress engine: microseconds
-// over TCP), while a rank talking to local peers makes a progress call every few hundred
-// nanoseconds. So the remote side is looked at on every call only while it delivers; after a
-// look that found nothing it is skipped for 1, 2, 4, ... up to kMaxRemoteSkip calls. It is
-// looked at at once when the caller waits for a remote peer (`preferred`), on a full scan
-// (before sleeping, at finalize), after a sleep and after starting a send to a remote peer
-// (a reply is likely), so the remote side is never starved: an any-source receive hears a
-// remote message within kMaxRemoteSkip + 1 calls.
+// Cost: looking at MPI is not free (MPI_Test/MPI_Testsome run Open MPI's progress engine:
+// microseconds over TCP), while a rank talking to local peers makes a progress call every few
+// hundred nanoseconds. So the remote side is looked at on every call only while it
+// delivers; after a look that found nothing it is skipped for 1, 2, 4, ... up to
+// kMaxRemoteSkip calls. It is looked at at once when the caller waits for a remote peer
+// (`preferred`), on a full scan (before sleeping, at finalize), after a sleep and after
+// starting a send to a remote peer (a reply is likely), so the remote side is never
+// starved: an any-source receive hears a remote message within kMaxRemoteSkip + 1 calls.
 // A call waiting for a local peer (`preferred` on this host) while no remote send is in
 // flight backs off further, up to kMaxRemoteSkipLocalWait calls: MPI buffers what arrives
 // meanwhile, and a pair of local ranks in a ping-pong then almost never enters MPI (whose
@@ -23,8 +23,9 @@
 // never blocked for good (sends must complete under unlimited buffering, API.md §3).
 //
 // Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
-// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us
-// growing to 1 ms while nothing arrives) and polls MPI on every wake-up.
+// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us,
+// doubling per sleep to 10 ms while nothing arrives: PollBackoff) and polls MPI on every
+// wake-up.
 #pragma once
 
 #include <memory>
