@@ -40,6 +40,9 @@ struct OutboundMessage {
   std::uint64_t sent = 0;
   bool started = false;
   std::uint64_t offer = 0;  // a single-copy offer the receiver may still read `next` for
+  // Set (with the message done) when the send failed on the receiver's side: why, owned by
+  // the transport and valid while it lives. The engine fails this send alone with it.
+  const std::string* failure = nullptr;
   bool done() const { return started && sent == env.nbytes; }
 };
 
