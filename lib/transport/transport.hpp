@@ -99,7 +99,8 @@ class Transport {
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
   // The memory `msg` reads from is about to go away although `msg` is not done (its send
   // gave up): afterwards the transport refers to it only through msg.next and msg.sent (a
-  // single-copy offer is revoked, or waited for while the receiver is reading it).
+  // single-copy offer is revoked, or waited for, for a bounded time, while the receiver is
+  // reading it). Never waits forever.
   virtual void release_outbound(int dst, OutboundMessage& msg) {
     (void)dst;
     (void)msg;
