@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <shmdist/errors.hpp>
+
 namespace shmdist::engine {
 
 // Polls of the direct receive path before the general one takes over (a few microseconds
@@ -73,7 +75,7 @@ void Engine::start_send(Operation& op) {
   if (queue.empty()) {
     transport_->send_some(op.peer, op.out);
     if (op.out.done()) {
-      finish_operation(op);
+      end_send(op);
       return;
     }
     sending_to_.push_back(op.peer);
@@ -91,7 +93,7 @@ bool Engine::push_sends() {
       moved |= transport_->send_some(dst, op->out);
       if (!op->out.done()) break;
       queue.pop_front();
-      finish_operation(*op);
+      end_send(*op);
     }
     if (queue.empty()) {
       sending_to_[i] = sending_to_.back();
@@ -148,6 +150,14 @@ void Engine::fail_operation(Operation& op, std::exception_ptr e) {
   auto keep = std::move(op.keepalive);
 }
 
+// A transport never throws from send_some for one message's failure (the call making
+// progress may be an unrelated one): it marks the message, and the failure goes to its send.
+void Engine::end_send(Operation& op) {
+  if (op.out.failure) [[unlikely]]
+    return fail_operation(op, std::make_exception_ptr(PeerFailure(*op.out.failure)));
+  finish_operation(op);
+}
+
 // ---- entry points ---------------------------------------------------------------------------
 
 // The fast path of a blocking send: nothing is queued to `dst` and the whole message goes
@@ -160,8 +170,11 @@ void Engine::send(const Tensor& tensor, int dst, const MatchKey& key) {
              tensor.nbytes()};
   out.next = static_cast<const std::byte*>(tensor.data_ptr());
   transport_->send_some(dst, out);
-  if (out.done()) [[likely]]
+  if (out.done()) [[likely]] {
+    if (out.failure) [[unlikely]]
+      throw PeerFailure(*out.failure);
     return;
+  }
   send_blocking(tensor, dst, key, &out);
 }
 
@@ -178,8 +191,10 @@ void Engine::send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
   } else {
     start_send(op);
   }
-  if (!op.pending()) return;
-  await_blocking(op, {kBlockedSend, dst, nullptr, key, op.out.env.nbytes}, &Engine::withdraw_send);
+  if (op.pending())
+    await_blocking(op, {kBlockedSend, dst, nullptr, key, op.out.env.nbytes},
+                   &Engine::withdraw_send);
+  if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);
 }
 
 // Waits for the operation of a blocking call. If the wait fails or times out, the operation
@@ -286,7 +301,7 @@ std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const Ma
                tensor.nbytes()};
     out.next = static_cast<const std::byte*>(tensor.data_ptr());
     transport_->send_some(dst, out);
-    if (out.done()) [[likely]]
+    if (out.done() && !out.failure) [[likely]]
       return completed_send();
   }
   auto op = std::allocate_shared<Operation>(PooledAllocator<Operation>{});
@@ -296,6 +311,10 @@ std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const Ma
   op->keepalive = op;
   if (first) {
     op->out = out;
+    if (out.done()) {  // failed at once (out.failure): the Work says why
+      end_send(*op);
+      return op;
+    }
     sending_to_.push_back(dst);
     send_queues_[dst].push_back(op.get());
   } else {

@@ -181,6 +181,9 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void drop_send(Operation& op, std::exception_ptr e);
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
+  // A send whose message is done: completed, or failed if the transport says it failed on
+  // the receiver's side (out.failure).
+  void end_send(Operation& op);
   // Fails every pending operation and task with `error` (destructor, finalize, abandon);
   // returns how many sends it failed.
   std::size_t fail_all_pending(std::exception_ptr error);

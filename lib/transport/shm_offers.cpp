@@ -1,6 +1,8 @@
 // ShmTransport's side of single copy (transport/single_copy.hpp has the protocol and why it
 // is safe): where offers sit in the segment, and how they meet the ring's message stream.
 
+#include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <shmdist/errors.hpp>
@@ -16,7 +18,7 @@ namespace shmdist::transport {
 // single copy (a program that is safe with the ring's buffering stays safe).
 SingleCopy::Step ShmTransport::advance_offer(int dst, OutboundMessage& msg) {
   const bool posting = !msg.started;
-  if (posting) {
+  if (posting && single_copy_.threshold(dst) != 0) {  // 0: a failed receiver, see advance()
     const std::uint64_t records = msg.env.nbytes / chunk_ + 1;
     const std::uint64_t need = msg.env.nbytes + records * 2 * ring::kRecordAlign;
     if (need < segment_->ring_size() && producers_[dst].writable(need) >= need)
@@ -24,13 +26,38 @@ SingleCopy::Step ShmTransport::advance_offer(int dst, OutboundMessage& msg) {
   }
   const SingleCopy::Step step = single_copy_.advance(
       dst, producers_[dst], segment_->ring_control(rank_, dst).offer_state, msg);
-  if (posting && step == SingleCopy::Step::Moved) notify_receiver(dst);
+  if (posting && step == SingleCopy::Step::Moved && !msg.failure) notify_receiver(dst);
   return step;
 }
 
+// Revokes msg's offer; if the receiver claimed it, waits asleep on this rank's doorbell (the
+// receiver rings it after its final CAS: take_offer) for the copy to end, in slices that
+// check whether the receiver is gone, until revoke_grace has passed. Then, between processes,
+// the offer is revoked anyway (the receiver discards its copy, single_copy.hpp says why that
+// is safe); between threads the wait goes on, bounded by the receiver's memcpy.
 void ShmTransport::release_outbound(int dst, OutboundMessage& msg) {
-  single_copy_.revoke(segment_->ring_control(rank_, dst).offer_state, msg,
-                      [&] { return peer_state(dst).status == PeerStatus::Gone; });
+  auto& state = segment_->ring_control(rank_, dst).offer_state;
+  if (single_copy_.revoke(dst, state, msg)) return;
+  constexpr std::chrono::milliseconds kSlice{10};
+  const auto deadline =
+      std::chrono::steady_clock::now() + SingleCopy::revoke_grace(msg.env.nbytes);
+  for (;;) {
+    if (peer_state(dst).status == PeerStatus::Gone) return SingleCopy::abandon(msg);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline && !single_copy_.thread_mode())
+      return single_copy_.force_revoke(dst, state, msg);
+    const std::uint32_t token = doorbell_.arm();
+    // The re-check after arm()'s fence: a final state stored before it is seen here, one
+    // stored after it rings the doorbell (wait/doorbell.hpp).
+    if (single_copy_.settle(dst, state, msg)) {
+      doorbell_.disarm();
+      return;
+    }
+    doorbell_.sleep(token, deadline > now ? std::min<std::chrono::nanoseconds>(deadline - now, kSlice)
+                                          : std::chrono::nanoseconds(kSlice));
+    doorbell_.disarm();
+    if (single_copy_.settle(dst, state, msg)) return;
+  }
 }
 
 // The receiver's half: an offer record (a Start record with kFrameOffer) from `src`, at the
@@ -53,7 +80,8 @@ void ShmTransport::take_offer(int src, const ring::RecordHeader& rec, const Enve
   SingleCopy::Claim claim;
   try {
     claim = single_copy_.receive(src, segment_->ring_control(src, rank_).offer_state, d,
-                                 sink->dest + sink->received);
+                                 sink->dest + sink->received,
+                                 [&] { return peer_state(src).status != PeerStatus::Gone; });
   } catch (const PeerFailure& e) {
     // The message cannot be delivered; nothing more from this source can be trusted to
     // follow it in order, so every later look at the source says why.

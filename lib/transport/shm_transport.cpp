@@ -103,10 +103,11 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
 }
 
 // The positions this rank's rings start at are 0 (zero-filled segment, one join per rank),
-// and the ring objects never take them from shared memory. Shared positions that are not 0
-// when we join mean another process wrote them: refuse the job rather than run on a segment
-// someone corrupts. (The head of a ring *into* this rank may be anything: its producer can
-// have published already.)
+// and the ring objects never take them from shared memory; so is the single-copy offer word
+// of each ring out of this rank (its consumer writes it only in answer to an offer). Values
+// that are not 0 when we join mean another process wrote them: refuse the job rather than
+// run on a segment someone corrupts. (The head and offer word of a ring *into* this rank may
+// be anything: its producer can have published or offered already.)
 void ShmTransport::check_fresh_rings() const {
   auto refuse = [&](int src, int dst, const char* field, std::uint64_t value) {
     throw SetupError("the ring from rank " + std::to_string(src) + " to rank " +
@@ -121,6 +122,9 @@ void ShmTransport::check_fresh_rings() const {
     const auto& in = segment_->ring_control(peer, rank_);
     if (const auto v = out.head_hint.load(std::memory_order_relaxed)) refuse(rank_, peer, "head", v);
     if (const auto v = out.tail.load(std::memory_order_relaxed)) refuse(rank_, peer, "tail", v);
+    // The offer word of a ring is written by its consumer only in answer to an offer.
+    if (const auto v = out.offer_state.load(std::memory_order_relaxed))
+      refuse(rank_, peer, "single-copy offer word", v);
     if (const auto v = in.tail.load(std::memory_order_relaxed)) refuse(peer, rank_, "tail", v);
   }
 }
@@ -374,7 +378,7 @@ void ShmTransport::flush() {
 
 bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
   ring::RingProducer& producer = producers_[dst];
-  if (msg.env.nbytes >= single_copy_.threshold()) [[unlikely]] {
+  if (msg.env.nbytes >= single_copy_.threshold(dst)) [[unlikely]] {
     const SingleCopy::Step step = advance_offer(dst, msg);
     if (step != SingleCopy::Step::Stream) return step == SingleCopy::Step::Moved;
   }

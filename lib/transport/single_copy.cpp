@@ -1,6 +1,5 @@
 #include "transport/single_copy.hpp"
 
-#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -39,12 +38,11 @@ int read_peer(int pid, std::uint64_t address, std::byte* dest, std::uint64_t n) 
   return 0;
 }
 
-// Where Yama restricts ptrace to descendants (ptrace_scope 1), peers of the same user may read
-// this process only if it says so. Scopes 2 and 3 need privileges: the offer is declined then.
-void allow_peers_to_read() {
+// Yama's ptrace_scope, or 0 where Yama is absent.
+int yama_scope() {
   std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
   int value = 0;
-  if (scope >> value && value == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  return scope >> value ? value : 0;
 }
 
 // The start-up probe: can this process use process_vm_readv at all (a seccomp filter or an old
@@ -70,25 +68,60 @@ std::string state_text(std::uint64_t word) {
 
 }  // namespace
 
+SingleCopy::PtracePolicy SingleCopy::ptrace_policy(int scope, int parent) {
+  // Scope 1 lets a process trace only its descendants and the processes that named it (or an
+  // ancestor of it) with PR_SET_PTRACER. Ranks are children of one launcher (shmrun, the
+  // mpirun daemon, torchrun's agent): naming the parent lets exactly its descendants, the
+  // peers, read this rank. With no launcher parent (reparented to init) allowing it would
+  // mean every process: do not offer. Scopes 2 and 3 need privileges: do not offer either.
+  if (scope <= 0) return {0, true};
+  if (scope == 1 && parent > 1) return {parent, true};
+  return {0, false};
+}
+
 SingleCopy::SingleCopy(std::uint64_t threshold, bool thread_mode, int world)
-    : thread_mode_(thread_mode), pid_(getpid()), declined_(world, false) {
+    : thread_mode_(thread_mode), pid_(getpid()), by_dst_(world) {
   if (threshold == 0) return;
   if (!thread_mode_) {
-    allow_peers_to_read();
+    const PtracePolicy policy = ptrace_policy(yama_scope(), getppid());
+    if (!policy.offer) return;
+    if (policy.tracer > 0 && prctl(PR_SET_PTRACER, policy.tracer, 0, 0, 0) != 0) return;
     if (!probe_self()) return;
   }
   threshold_ = threshold;
+  for (Destination& d : by_dst_) d.threshold = threshold;
+}
+
+std::chrono::nanoseconds SingleCopy::revoke_grace(std::uint64_t nbytes) {
+  // 200 ms, plus 1 ns per byte (1 GB/s, several times slower than any copy measured here).
+  return std::chrono::milliseconds(200) +
+         std::chrono::nanoseconds(std::min<std::uint64_t>(nbytes, std::uint64_t{1} << 40));
+}
+
+void SingleCopy::fail(int dst, std::string why, OutboundMessage& msg) {
+  Destination& d = by_dst_[dst];
+  if (d.failure.empty()) d.failure = std::move(why);
+  d.threshold = 0;  // every later message to dst comes through advance(), which fails it
+  msg.offer = 0;
+  msg.started = true;
+  msg.sent = msg.env.nbytes;
+  msg.failure = &d.failure;
 }
 
 SingleCopy::Step SingleCopy::advance(int dst, ring::RingProducer& producer,
                                      std::atomic<std::uint64_t>& state, OutboundMessage& msg) {
   if (!msg.started) {
-    if (declined_[dst]) return Step::Stream;
+    if (!by_dst_[dst].failure.empty()) {  // sticky: dst stopped reading this rank's ring
+      msg.started = true;
+      msg.sent = msg.env.nbytes;
+      msg.failure = &by_dst_[dst].failure;
+      return Step::Moved;
+    }
+    if (msg.env.nbytes < threshold_) return Step::Stream;
     // A new offer only once the receiver is through with the previous one (see the header).
     const std::uint64_t prev = state.load(std::memory_order_acquire);
     const auto prev_state = static_cast<OfferState>(prev & 7);
-    if (prev != 0 && prev_state != OfferState::Done && prev_state != OfferState::Streaming &&
-        prev_state != OfferState::Failed)
+    if (prev != 0 && prev_state != OfferState::Done && prev_state != OfferState::Streaming)
       return Step::Stream;
     if (producer.writable(kOfferRecordLength) < kOfferRecordLength) return Step::Blocked;
     const std::uint64_t id = ++next_id_;
@@ -110,49 +143,78 @@ SingleCopy::Step SingleCopy::advance(int dst, ring::RingProducer& producer,
   const std::uint64_t now = state.load(std::memory_order_acquire);
   if (now == offer_word(id, OfferState::Offered) || now == offer_word(id, OfferState::Claimed))
     return Step::Blocked;
-  msg.offer = 0;
-  if (now == offer_word(id, OfferState::Done)) {
-    msg.sent = msg.env.nbytes;
-    msg.next += msg.env.nbytes;
-    return Step::Moved;
-  }
-  if (now == offer_word(id, OfferState::Declined)) {
-    declined_[dst] = true;
-    return Step::Stream;
-  }
-  // Failed, or a state no receiver writes: the receive ended with an error on the receiver's
-  // side; this send is over (nothing more is due) and says why.
-  msg.sent = msg.env.nbytes;
-  msg.next += msg.env.nbytes;
-  if (now == offer_word(id, OfferState::Failed))
-    throw PeerFailure("rank " + std::to_string(dst) + " could not read the " +
-                      std::to_string(msg.env.nbytes) +
-                      " bytes this rank offered it for a single copy (its receive failed with "
-                      "PeerFailure, which says why); the message is lost");
-  throw PeerFailure("the single-copy offer word of the ring to rank " + std::to_string(dst) +
-                    " holds " + state_text(now) + " while offer #" + std::to_string(id) +
-                    " was outstanding: a corrupt peer or a foreign process writing the segment");
+  conclude(dst, now, id, msg);
+  return msg.offer == 0 && !msg.done() ? Step::Stream : Step::Moved;
 }
 
-void SingleCopy::revoke(std::atomic<std::uint64_t>& state, OutboundMessage& msg,
-                        const std::function<bool()>& receiver_gone) {
-  if (msg.offer == 0) return;
-  const std::uint64_t id = std::exchange(msg.offer, 0);
+// `word` is the offer word after the receiver's final CAS for offer `id` (or a corrupt value).
+void SingleCopy::conclude(int dst, std::uint64_t word, std::uint64_t id, OutboundMessage& msg) {
+  msg.offer = 0;
+  if (word == offer_word(id, OfferState::Done)) {
+    msg.sent = msg.env.nbytes;
+    msg.next += msg.env.nbytes;
+    return;
+  }
+  if (word == offer_word(id, OfferState::Streaming)) return;  // this message streams
+  if (word == offer_word(id, OfferState::Declined)) {
+    by_dst_[dst].threshold = UINT64_MAX;  // it may not read us: stream everything to it
+    return;
+  }
+  // Failed, or a state no receiver writes: the receive ended with an error on the receiver's
+  // side, which stops reading this rank's ring; this send is over and says why.
+  if (word == offer_word(id, OfferState::Failed))
+    return fail(dst,
+                "rank " + std::to_string(dst) + " could not read the " +
+                    std::to_string(msg.env.nbytes) +
+                    " bytes this rank offered it for a single copy (its receive failed with "
+                    "PeerFailure, which says why); the message is lost, and rank " +
+                    std::to_string(dst) + " takes nothing more from this rank",
+                msg);
+  fail(dst,
+       "the single-copy offer word of the ring to rank " + std::to_string(dst) + " holds " +
+           state_text(word) + " while offer #" + std::to_string(id) +
+           " was outstanding: a corrupt peer or a foreign process writing the segment",
+       msg);
+}
+
+bool SingleCopy::revoke(int dst, std::atomic<std::uint64_t>& state, OutboundMessage& msg) {
+  if (msg.offer == 0) return true;
+  const std::uint64_t id = msg.offer;
   std::uint64_t seen = offer_word(id, OfferState::Offered);
   if (state.compare_exchange_strong(seen, offer_word(id, OfferState::Revoked),
-                                    std::memory_order_acq_rel, std::memory_order_acquire))
-    return;  // the receiver never reads the buffer: stream the message
-  // Claimed: the receiver is copying right now. Its copy depends on nothing we do, so this
-  // wait is as long as the copy (or ends when the receiver is known to be gone).
-  for (unsigned spins = 0; seen == offer_word(id, OfferState::Claimed); ++spins) {
-    if ((spins & 1023) == 1023) {
-      if (receiver_gone()) break;
-      sched_yield();
-    }
-    seen = state.load(std::memory_order_acquire);
+                                    std::memory_order_acq_rel, std::memory_order_acquire)) {
+    msg.offer = 0;
+    return true;  // the receiver never reads the buffer: stream the message
   }
-  if (seen == offer_word(id, OfferState::Declined)) return;  // stream it
-  // Done (or failed, or the receiver is gone): nothing more to send.
+  if (seen == offer_word(id, OfferState::Claimed)) return false;  // it is copying right now
+  conclude(dst, seen, id, msg);
+  return true;
+}
+
+bool SingleCopy::settle(int dst, std::atomic<std::uint64_t>& state, OutboundMessage& msg) {
+  if (msg.offer == 0) return true;
+  // Acquire pairs with the receiver's release CAS of its final state (see header).
+  const std::uint64_t seen = state.load(std::memory_order_acquire);
+  if (seen == offer_word(msg.offer, OfferState::Claimed)) return false;
+  conclude(dst, seen, msg.offer, msg);
+  return true;
+}
+
+void SingleCopy::force_revoke(int dst, std::atomic<std::uint64_t>& state, OutboundMessage& msg) {
+  if (msg.offer == 0) return;
+  const std::uint64_t id = msg.offer;
+  std::uint64_t seen = offer_word(id, OfferState::Claimed);
+  // Acquire on failure: the receiver's final CAS came first; pairs with its release.
+  if (state.compare_exchange_strong(seen, offer_word(id, OfferState::Revoked),
+                                    std::memory_order_acq_rel, std::memory_order_acquire)) {
+    msg.offer = 0;  // the receiver discards its copy: stream the message
+    return;
+  }
+  conclude(dst, seen, id, msg);
+}
+
+void SingleCopy::abandon(OutboundMessage& msg) {
+  msg.offer = 0;
   msg.sent = msg.env.nbytes;
   msg.next += msg.env.nbytes;
 }
@@ -175,36 +237,53 @@ void SingleCopy::check(const OfferDescriptor& d, const Envelope& env, std::uint6
                        std::to_string(d.length) + ") wraps around");
 }
 
-SingleCopy::Claim SingleCopy::receive(int src, std::atomic<std::uint64_t>& state,
-                                      const OfferDescriptor& d, std::byte* dest) const {
+bool SingleCopy::claim(int src, std::atomic<std::uint64_t>& state, const OfferDescriptor& d) {
   std::uint64_t seen = offer_word(d.id, OfferState::Offered);
-  if (!state.compare_exchange_strong(seen, offer_word(d.id, OfferState::Claimed),
-                                     std::memory_order_acquire, std::memory_order_acquire)) {
-    if (seen == offer_word(d.id, OfferState::Revoked)) {
-      // Acknowledge, so that the sender may post its next offer on this ring. Only we move
-      // the word out of Revoked(id); a failure here means a foreign writer.
-      if (state.compare_exchange_strong(seen, offer_word(d.id, OfferState::Streaming),
-                                        std::memory_order_relaxed))
-        return Claim::Stream;
-    }
-    bad_offer(src, "offer #" + std::to_string(d.id) + " is not open (the ring's offer word holds " +
-                       state_text(seen) + "): a replayed or invented offer");
+  // Acquire: the sender's bytes, written before its record's release stamp, are visible.
+  if (state.compare_exchange_strong(seen, offer_word(d.id, OfferState::Claimed),
+                                    std::memory_order_acquire, std::memory_order_acquire))
+    return true;
+  if (seen == offer_word(d.id, OfferState::Revoked)) {
+    // Acknowledge, so that the sender may post its next offer on this ring. Only we move
+    // the word out of Revoked(id); a failure here means a foreign writer.
+    if (state.compare_exchange_strong(seen, offer_word(d.id, OfferState::Streaming),
+                                      std::memory_order_relaxed))
+      return false;
   }
-  int error = 0;
+  bad_offer(src, "offer #" + std::to_string(d.id) + " is not open (the ring's offer word holds " +
+                     state_text(seen) + "): a replayed or invented offer");
+}
+
+int SingleCopy::copy(const OfferDescriptor& d, std::byte* dest) const {
   if (thread_mode_ && d.pid == pid_) {
     if (d.length) std::memcpy(dest, reinterpret_cast<const void*>(d.address), d.length);
-  } else {
-    error = read_peer(d.pid, d.address, dest, d.length);
+    return 0;
   }
-  if (error == 0) {
-    state.store(offer_word(d.id, OfferState::Done), std::memory_order_release);
-    return Claim::Copied;
+  return read_peer(d.pid, d.address, dest, d.length);
+}
+
+SingleCopy::Claim SingleCopy::finish(int src, std::atomic<std::uint64_t>& state,
+                                     const OfferDescriptor& d, int error, bool sender_alive) {
+  OfferState outcome = OfferState::Failed;
+  if (error == 0) outcome = OfferState::Done;
+  else if (error == EPERM || error == ENOSYS || error == EACCES) outcome = OfferState::Declined;
+  else if (error == EFAULT && sender_alive) outcome = OfferState::Streaming;
+  std::uint64_t seen = offer_word(d.id, OfferState::Claimed);
+  // Release: every read of the sender's buffer (the copy, sequenced before) happens before
+  // the sender's acquire of this value. Relaxed on failure: we then use none of the copy.
+  if (!state.compare_exchange_strong(seen, offer_word(d.id, outcome), std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+    // The sender revoked at its deadline while we copied: discard the copy (the caller does
+    // not advance `received`) and acknowledge; Continuations bring the bytes.
+    if (seen == offer_word(d.id, OfferState::Revoked) &&
+        state.compare_exchange_strong(seen, offer_word(d.id, OfferState::Streaming),
+                                      std::memory_order_relaxed))
+      return Claim::Stream;
+    bad_offer(src, "offer #" + std::to_string(d.id) + " was claimed by this rank, but the ring's "
+                       "offer word now holds " + state_text(seen));
   }
-  if (error == EPERM || error == ENOSYS || error == EACCES) {
-    state.store(offer_word(d.id, OfferState::Declined), std::memory_order_release);
-    return Claim::Stream;
-  }
-  state.store(offer_word(d.id, OfferState::Failed), std::memory_order_release);
+  if (outcome == OfferState::Done) return Claim::Copied;
+  if (outcome != OfferState::Failed) return Claim::Stream;
   if (error == ESRCH)
     throw PeerFailure("rank " + std::to_string(src) + " (pid " + std::to_string(d.pid) +
                       ") ended while this rank was copying its " + std::to_string(d.length) +
@@ -212,8 +291,17 @@ SingleCopy::Claim SingleCopy::receive(int src, std::atomic<std::uint64_t>& state
   throw PeerFailure("cannot read the " + std::to_string(d.length) + " bytes rank " +
                     std::to_string(src) + " offered at address " + std::to_string(d.address) +
                     " of pid " + std::to_string(d.pid) + ": " + std::strerror(error) +
-                    ". The sender's buffer is not mapped (it freed or unmapped it before the "
-                    "send completed, or the offer is corrupt); the message is lost");
+                    (error == EFAULT ? ". The sender is gone or going (its memory is unmapped)"
+                                     : ". The kernel refused the copy") +
+                    "; the message is lost");
+}
+
+SingleCopy::Claim SingleCopy::receive(int src, std::atomic<std::uint64_t>& state,
+                                      const OfferDescriptor& d, std::byte* dest,
+                                      const std::function<bool()>& sender_alive) const {
+  if (!claim(src, state, d)) return Claim::Stream;
+  const int error = copy(d, dest);
+  return finish(src, state, d, error, error == EFAULT && sender_alive());
 }
 
 }  // namespace shmdist::transport

@@ -40,6 +40,9 @@ struct OutboundMessage {
   std::uint64_t sent = 0;
   bool started = false;
   std::uint64_t offer = 0;  // a single-copy offer the receiver may still read `next` for
+  // Set (with the message done) when the send failed on the receiver's side: why, owned by
+  // the transport and valid while it lives. The engine fails this send alone with it.
+  const std::string* failure = nullptr;
   bool done() const { return started && sent == env.nbytes; }
 };
 
@@ -96,7 +99,8 @@ class Transport {
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
   // The memory `msg` reads from is about to go away although `msg` is not done (its send
   // gave up): afterwards the transport refers to it only through msg.next and msg.sent (a
-  // single-copy offer is revoked, or waited for while the receiver is reading it).
+  // single-copy offer is revoked, or waited for, for a bounded time, while the receiver is
+  // reading it). Never waits forever.
   virtual void release_outbound(int dst, OutboundMessage& msg) {
     (void)dst;
     (void)msg;

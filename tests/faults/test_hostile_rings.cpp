@@ -66,6 +66,13 @@ BOOST_AUTO_TEST_CASE(a_producer_refuses_positions_it_owns_that_someone_else_wrot
     expect_error<SetupError>([&] { transport::ShmTransport rank0(seg, 0, true); },
                              "the ring from rank 0 to rank 1 has tail 64 before rank 0 joined");
   }
+  {
+    auto seg = fresh_segment();
+    seg->ring_control(0, 1).offer_state.store(11);  // "offer #1 done" before any offer
+    expect_error<SetupError>(
+        [&] { transport::ShmTransport rank0(seg, 0, true); },
+        "the ring from rank 0 to rank 1 has single-copy offer word 11 before rank 0 joined");
+  }
 }
 
 // Positions are private: a joining rank starts at 0 even where the shared field it never

@@ -2,11 +2,18 @@
 // path: data at every size and dtype pair, unexpected offers (taken in while the receiver does
 // something else), any-source order, count mismatches that keep the message, a blocking send
 // that times out and is revoked (its bytes still arrive whole, from a private copy), head-to-
-// head sends, and a sender that dies before its offer is read (PeerFailure, no crash). Each
+// head sends, a sender that dies before its offer is read (PeerFailure, no crash), and a
+// tensor in memory only its owner can read (memfd_secret: streamed instead). Each
 // case runs with SHMDIST_SINGLE_COPY=4K and, where the ring path must agree, with off.
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "p2p_support.hpp"
 #include "support/shm_check.hpp"
@@ -180,5 +187,56 @@ BOOST_AUTO_TEST_CASE(a_sender_dying_before_the_copy_is_a_peer_failure) {
   BOOST_TEST(outcomes[0].signal == SIGKILL);
   BOOST_TEST(outcomes[1].error.find("PeerFailure") != std::string::npos, outcomes[1].error);
 }
+
+#ifdef SYS_memfd_secret
+namespace {
+// 1 MiB of memfd_secret memory (readable by this process only: process_vm_readv gets EFAULT),
+// or nullptr with errno set.
+void* secret_memory(std::size_t n) {
+  const int fd = static_cast<int>(syscall(SYS_memfd_secret, 0));
+  if (fd < 0) return nullptr;
+  void* mem = ftruncate(fd, static_cast<off_t>(n)) == 0
+                  ? mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return mem == MAP_FAILED ? nullptr : mem;
+}
+}  // namespace
+
+// An isend of a tensor over memfd_secret memory, larger than the ring: the receiver's copy
+// gets EFAULT from a sender that runs, answers Streaming, and the message streams whole.
+BOOST_AUTO_TEST_CASE(a_tensor_only_its_owner_can_read_is_streamed_instead) {
+  constexpr std::size_t kBytes = 1 << 20;
+  if (void* probe = secret_memory(kBytes)) {
+    munmap(probe, kBytes);
+  } else {
+    BOOST_TEST_MESSAGE("memfd_secret unavailable here (" << std::strerror(errno)
+                                                         << "): case skipped");
+    return;
+  }
+  ScopedEnv env("SHMDIST_SINGLE_COPY", "4K");
+  expect_job_ok(2, [](dist::ProcessGroup& pg) {
+    if (pg.get_rank() == 0) {
+      void* mem = secret_memory(kBytes);
+      if (!mem) throw std::runtime_error("memfd_secret failed in rank 0: " + std::string(std::strerror(errno)));
+      dist::Tensor secret = dist::Tensor::from_blob(mem, {static_cast<std::int64_t>(kBytes)}, dist::kUInt8);
+      fill_pattern(secret, 31);
+      dist::Work w = pg.isend(secret, 1, {}, 6);
+      w.wait();
+      pg.send(secret, 1, {}, 7);  // and a blocking send
+      munmap(mem, kBytes);
+    } else {
+      dist::Tensor in = dist::zeros({static_cast<std::int64_t>(kBytes)}, dist::kUInt8);
+      RANK_REQUIRE_EQ(pg.recv(in, 0, {}, 6), 0);
+      require_pattern(in, 31, "the isend from memfd_secret memory");
+      dist::Tensor again = dist::zeros({static_cast<std::int64_t>(kBytes)}, dist::kUInt8);
+      RANK_REQUIRE_EQ(pg.recv(again, 0, {}, 7), 0);
+      require_pattern(again, 31, "the send from memfd_secret memory");
+    }
+  }, job_options(Mode::Processes, 64 * 1024));
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
