@@ -15,6 +15,8 @@
 #include "pg/config.hpp"
 #include "transport/shm_transport.hpp"
 
+#include "offer_support.hpp"
+
 using namespace shmdist;
 using transport::Envelope;
 using transport::MessageHeader;
@@ -22,17 +24,7 @@ using ring::RecordKind;
 
 namespace {
 
-bool peer_failure_says(const std::function<void()>& f, const std::string& words) {
-  try {
-    f();
-  } catch (const PeerFailure& e) {
-    BOOST_TEST_INFO("message: " << e.what());
-    BOOST_TEST(std::string(e.what()).find(words) != std::string::npos);
-    return true;
-  }
-  BOOST_ERROR("no PeerFailure (expected one saying '" << words << "')");
-  return false;
-}
+using test::offers::peer_failure_says;
 
 MessageHeader header(std::uint64_t numel, DType dtype = kInt32, int tag = 0) {
   Envelope env;
@@ -139,31 +131,9 @@ BOOST_AUTO_TEST_CASE(check_record_refuses_records_out_of_sequence) {
 
 namespace {
 
-// Receives into buffers with a guard zone behind them, to see that nothing is written past
-// the message's size.
-struct GuardedHandler : transport::InboundHandler {
-  static constexpr std::size_t kGuard = 256;
-  std::vector<std::unique_ptr<std::vector<std::byte>>> buffers;
-  std::vector<transport::InboundSink> sinks;
-  std::vector<Envelope> started, completed;
-  GuardedHandler() { sinks.reserve(64); }
-  transport::InboundSink* on_message_start(const Envelope& env) override {
-    buffers.push_back(
-        std::make_unique<std::vector<std::byte>>(env.nbytes + kGuard, std::byte{0xA5}));
-    sinks.push_back({buffers.back()->data(), 0});
-    started.push_back(env);
-    return &sinks.back();
-  }
-  void on_message_complete(transport::InboundSink*, const Envelope& env) override {
-    completed.push_back(env);
-  }
-  bool guards_intact() const {
-    for (std::size_t i = 0; i < buffers.size(); ++i)
-      for (std::size_t b = started[i].nbytes; b < buffers[i]->size(); ++b)
-        if ((*buffers[i])[b] != std::byte{0xA5}) return false;
-    return true;
-  }
-};
+// Receives into buffers with a guard zone behind them (offer_support.hpp), to see that
+// nothing is written past the message's size.
+using test::offers::GuardedHandler;
 
 // Rank 1's view of a 2-rank segment, with a hand-written ring from rank 0.
 struct CraftedRing {
