@@ -24,6 +24,7 @@ Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy
       timeout_(timeout) {
   const int world = transport_->world_size();
   inflight_.resize(world);
+  unexpected_from_.resize(world);
   send_queues_.resize(world);
   for (int p = 0; p < world; ++p)
     if (p != transport_->rank()) all_peers_.push_back(p);
@@ -215,12 +216,18 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
 }
 
 // The direct path of a blocking receive: when no other receive is posted and no message
-// waits as unexpected, the next matching message from `src` (or, for ANY_SOURCE, from the
-// next source in rotation) is the one this receive must get, so it may be taken straight
-// from the ring into the tensor. Spins briefly for it (a ping-pong turnaround); anything
-// else falls back to the general path, which also drives every other pending operation.
+// that this receive could take waits as unexpected, the next matching message from `src`
+// (or, for ANY_SOURCE, from the next source in rotation) is the one this receive must get,
+// so it may be taken straight from the ring into the tensor. For a named source only that
+// source's unexpected messages count: order holds per (source, group, tag), so a message
+// from another rank waiting as unexpected (a remote peer's early barrier message in a job
+// across hosts, say) cannot be one this receive must take first, and must not push every
+// receive onto the general path while it waits. Spins briefly for it (a ping-pong
+// turnaround); anything else falls back to the general path, which also drives every other
+// pending operation.
 int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
-  if (!posted_.empty() || !unexpected_.empty()) return -1;
+  if (!posted_.empty()) return -1;
+  if (src >= 0 ? unexpected_from_[src] != 0 : !unexpected_.empty()) return -1;
   const transport::Expectation want{
       {src, key, tensor.dtype(), static_cast<std::uint64_t>(tensor.numel()), tensor.nbytes()},
       static_cast<std::byte*>(tensor.data_ptr())};

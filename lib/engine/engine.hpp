@@ -155,6 +155,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void withdraw_receive(Operation& op);
   void finish_receive(Operation& op, const transport::Envelope& env);
   std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
+  void erase_unexpected(std::list<Unexpected>::iterator it);
 
   // groups.cpp
   struct GroupRecord {
@@ -214,6 +215,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   PostedList posted_;
   std::list<Unexpected> unexpected_;
+  std::vector<std::uint32_t> unexpected_from_;   // entries of unexpected_ by source
   std::vector<Inflight> inflight_;                 // by source
   std::vector<std::deque<Operation*>> send_queues_;  // by destination
   std::vector<int> sending_to_;                    // destinations with queued sends

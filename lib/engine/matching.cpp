@@ -138,7 +138,13 @@ void Engine::to_unexpected(Inflight& f) {
 std::list<Engine::Unexpected>::iterator Engine::insert_unexpected(Unexpected u) {
   auto pos = unexpected_.end();
   while (pos != unexpected_.begin() && std::prev(pos)->seq > u.seq) --pos;
+  ++unexpected_from_[u.env.src];
   return unexpected_.insert(pos, std::move(u));
+}
+
+void Engine::erase_unexpected(std::list<Unexpected>::iterator it) {
+  --unexpected_from_[it->env.src];
+  unexpected_.erase(it);
 }
 
 // A new receive looks at unexpected messages first (arrival order), then waits in the
@@ -152,7 +158,7 @@ void Engine::post_receive(Operation& op) {
     }
     if (it->complete) deliver(op, *it);
     else claim_inflight(op, *it);
-    unexpected_.erase(it);
+    erase_unexpected(it);
     return;
   }
   posted_.push_back(op);
@@ -210,7 +216,7 @@ void Engine::withdraw_receive(Operation& op) {
     f.unexpected = &*it;
     if (Operation* next = take_posted_match(it->env)) {
       claim_inflight(*next, *it);
-      unexpected_.erase(it);
+      erase_unexpected(it);
     }
     return;
   }

@@ -79,6 +79,10 @@ struct FakeWire {
   bool finalized = false;
   int polls = 0;
   int sleeps = 0;  // calls of sleep(): the engine's waiting loop went to phase 2
+  // Whether receive_direct takes a whole arrived message that is exactly the one expected
+  // (as the shared-memory transport does); otherwise it declines every time.
+  bool direct = false;
+  int direct_receives = 0;  // messages taken by receive_direct
 };
 
 class FakeTransport final : public transport::Transport {
@@ -96,9 +100,22 @@ class FakeTransport final : public transport::Transport {
   }
 
   // The direct path is an optimisation a transport may decline: "Other" sends the engine
-  // to poll(), which every case here goes through.
-  transport::DirectResult receive_direct(int, const transport::Expectation&) override {
-    return transport::DirectResult::Other;
+  // to poll(), which every case here goes through unless the test sets wire.direct.
+  transport::DirectResult receive_direct(int src, const transport::Expectation& want) override {
+    if (!w_->direct) return transport::DirectResult::Other;
+    auto& q = w_->inbound[src];
+    if (q.empty() || w_->arrived[src] < w_->finished_bytes[src] + q.front().bytes.size())
+      return q.empty() ? transport::DirectResult::Empty : transport::DirectResult::Other;
+    FakeWire::Inbound& m = q.front();
+    const transport::Envelope& e = want.env;
+    if (m.started || !(m.env.key == e.key) || m.env.dtype != e.dtype || m.env.numel != e.numel ||
+        m.env.nbytes != e.nbytes)
+      return transport::DirectResult::Other;
+    if (!m.bytes.empty()) std::memcpy(want.dest, m.bytes.data(), m.bytes.size());
+    w_->finished_bytes[src] += m.bytes.size();
+    q.pop_front();
+    ++w_->direct_receives;
+    return transport::DirectResult::Received;
   }
   int receive_direct_any(const transport::Expectation&, transport::DirectResult& result) override {
     result = transport::DirectResult::Other;

@@ -168,4 +168,61 @@ BOOST_AUTO_TEST_CASE(empty_messages_match) {
   BOOST_TEST(op->source == 2);
 }
 
+// The direct path (a blocking receive taking its message straight from the transport) is
+// closed only by what this receive might have to take first: a posted receive, or an
+// unexpected message from the same source. An unexpected message from another source (in a
+// job across hosts, a remote bystander's early barrier message) leaves it open, and still
+// goes, in order, to the receive that wants it.
+BOOST_AUTO_TEST_CASE(the_direct_path_ignores_other_sources_unexpected_messages) {
+  Rig rig;
+  // Rank 2's tag-7 message becomes unexpected while an irecv takes its tag-5 one; then
+  // nothing is posted and only rank 2 has an unexpected message.
+  rig.arrive(2, tensor({70}), user_key(7));
+  rig.arrive(2, tensor({50}), user_key(5));
+  Tensor t5 = zeros(1, kLong);
+  Op from2 = rig.irecv(t5, 2, user_key(5));
+  BOOST_TEST(rig.engine->test(*from2));
+  BOOST_TEST(t5.data<std::int64_t>()[0] == 50);
+  rig.wire->direct = true;
+
+  // A receive from rank 1 takes rank 1's message directly.
+  rig.arrive(1, tensor({10}), user_key(7));
+  Tensor a = zeros(1, kLong);
+  BOOST_TEST(rig.engine->recv(a, 1, user_key(7), rig.all) == 1);
+  BOOST_TEST(a.data<std::int64_t>()[0] == 10);
+  BOOST_TEST(rig.wire->direct_receives == 1);
+
+  // A receive from rank 2 with the same key takes the unexpected message first, not the
+  // newer one waiting in the transport; that one is the next receive's.
+  rig.arrive(2, tensor({71}), user_key(7));
+  Tensor b = zeros(1, kLong), c = zeros(1, kLong);
+  BOOST_TEST(rig.engine->recv(b, 2, user_key(7), rig.all) == 2);
+  BOOST_TEST(b.data<std::int64_t>()[0] == 70);
+  BOOST_TEST(rig.wire->direct_receives == 1);
+  BOOST_TEST(rig.engine->recv(c, 2, user_key(7), rig.all) == 2);
+  BOOST_TEST(c.data<std::int64_t>()[0] == 71);
+  BOOST_TEST(rig.wire->direct_receives == 2);
+
+  // An unexpected message from rank 1 on another tag closes the direct path for rank 1 (the
+  // general path delivers), not for rank 2.
+  rig.wire->direct = false;
+  rig.arrive(1, tensor({19}), user_key(9));
+  rig.arrive(1, tensor({11}), user_key(7));
+  Tensor d = zeros(1, kLong);
+  BOOST_TEST(rig.engine->recv(d, 1, user_key(7), rig.all) == 1);  // rank 1's tag 9 is queued
+  BOOST_TEST(d.data<std::int64_t>()[0] == 11);
+  rig.wire->direct = true;
+  rig.arrive(1, tensor({12}), user_key(7));
+  rig.arrive(2, tensor({72}), user_key(7));
+  Tensor e = zeros(1, kLong), f = zeros(1, kLong), g = zeros(1, kLong);
+  BOOST_TEST(rig.engine->recv(f, 2, user_key(7), rig.all) == 2);
+  BOOST_TEST(f.data<std::int64_t>()[0] == 72);
+  BOOST_TEST(rig.wire->direct_receives == 3);
+  BOOST_TEST(rig.engine->recv(e, 1, user_key(7), rig.all) == 1);
+  BOOST_TEST(e.data<std::int64_t>()[0] == 12);
+  BOOST_TEST(rig.wire->direct_receives == 3);
+  BOOST_TEST(rig.engine->recv(g, 1, user_key(9), rig.all) == 1);
+  BOOST_TEST(g.data<std::int64_t>()[0] == 19);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
