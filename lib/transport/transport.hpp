@@ -89,11 +89,14 @@ class Transport {
   virtual bool poll(InboundHandler& handler, int preferred, bool full_scan) = 0;
   // Takes the next message from `src` straight into want.dest if it is whole (one record) and
   // matches `want` in every field; the engine uses it only when no other receive is posted
-  // and nothing is queued as unexpected, so this cannot take a message out of turn.
+  // and nothing from `src` is queued as unexpected, so this cannot take a message out of
+  // turn. It must touch only `src`'s inbound state: messages of other sources may be
+  // mid-stream meanwhile.
   virtual DirectResult receive_direct(int src, const Expectation& want) = 0;
-  // The same for an any-source receive: looks at the sources that may hold records, starting
-  // where the last scan stopped (fairness). Returns the source it received from, or -1 with
-  // `result` saying Empty (nothing anywhere) or Other (use poll()).
+  // The same for an any-source receive (used only when nothing at all is queued as
+  // unexpected): looks at the sources that may hold records, starting where the last scan
+  // stopped (fairness). Returns the source it received from, or -1 with `result` saying Empty
+  // (nothing anywhere) or Other (use poll()).
   virtual int receive_direct_any(const Expectation& want, DirectResult& result) = 0;
   // Streams as much of `msg` to `dst` as the ring takes now. Returns true if anything moved.
   virtual bool send_some(int dst, OutboundMessage& msg) = 0;
