@@ -17,6 +17,22 @@ import torch.distributed as _dist
 
 from . import _C
 
+# The extension is compiled against one torch's C++ API (c10d::ProcessGroup on 1.13,
+# c10d::Backend on 2.x), which changes between releases: loading it into another torch would
+# crash or misbehave, so refuse with what to do instead.
+def _release(version):
+    return tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+
+
+if _release(torch.__version__) != _release(_C._torch_built_against):
+    raise ImportError(
+        "shmdist's torch backend was built against torch " + _C._torch_built_against +
+        " but this interpreter runs torch " + torch.__version__ + "; rebuild it for this "
+        "torch (pip install --force-reinstall --no-build-isolation . in this environment, "
+        "or cmake with SHMDIST_PYTHON_EXECUTABLE=" + __import__("sys").executable + ")")
+
+_TORCH2 = _release(torch.__version__) >= (2, 0)
+
 BACKEND = "shm"
 
 
@@ -34,7 +50,12 @@ def _create_process_group(options, pg_options):
 
 
 if BACKEND.upper() not in _dist.Backend._plugins:
-    _dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+    if _TORCH2:
+        # torch 2.x: a c10d.Backend for CPU tensors, which torch wraps in a ProcessGroup.
+        _dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True,
+                                       devices=["cpu"])
+    else:
+        _dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
 
 if not hasattr(_dist, "ANY_SOURCE"):
     _dist.ANY_SOURCE = None

@@ -231,4 +231,46 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::alltoall(std::vector<at::Tensor>
   });
 }
 
+#if SHMDIST_TORCH_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce_sparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return allreduce(tensors, opts);  // bind() refuses the sparse tensor, saying what to do
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: allgather_into_tensor_coalesced "
+              "expects one output per input, got ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<BoundTensor> out = bind_all(outputs, "allgather_into_tensor_coalesced");
+  std::vector<BoundTensor> in = bind_all(inputs, "allgather_into_tensor_coalesced");
+  return collective(c10d::OpType::COALESCED, outputs, out, opts.timeout, [&] {
+    std::vector<Work> works;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      works.push_back(job_->pg.all_gather_into_tensor(out[i].view, in[i].view, group_, true));
+    return works;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: reduce_scatter_tensor_coalesced "
+              "expects one output per input, got ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<BoundTensor> out = bind_all(outputs, "reduce_scatter_tensor_coalesced");
+  std::vector<BoundTensor> in = bind_all(inputs, "reduce_scatter_tensor_coalesced");
+  std::vector<ReduceOp> ops;
+  for (const BoundTensor& b : out) ops.push_back(to_shmdist(opts.reduceOp, b.is_complex));
+  return collective(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, out, opts.timeout, [&] {
+    std::vector<Work> works;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      works.push_back(
+          job_->pg.reduce_scatter_tensor(out[i].view, in[i].view, ops[i], group_, true));
+    return works;
+  });
+}
+#endif
+
 }  // namespace shmdist::torch_backend

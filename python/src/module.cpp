@@ -67,7 +67,7 @@ std::vector<int> iota(int n) {
 
 // A torch group that is a whole shmdist job: the default group, or a sub-group created
 // while the default group is not on "shm" (it then gets a segment of its own).
-c10::intrusive_ptr<c10d::ProcessGroup> create_job(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>& store,
                                                   int rank, int size,
                                                   std::chrono::milliseconds timeout,
                                                   bool is_world) {
@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_job(const c10::intrusive_ptr<c10d:
                                               std::move(control), timeout, /*owns_job=*/true);
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
+c10::intrusive_ptr<BackendBase> create_process_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& group_name,
     const std::vector<std::int64_t>& global_ranks_in_group) {
@@ -120,7 +120,7 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<SetupError>(m, "SetupError", error.ptr());
   py::register_exception<NotInitialized>(m, "NotInitialized", error.ptr());
 
-  py::class_<torch_backend::ProcessGroupShm, c10d::ProcessGroup,
+  py::class_<torch_backend::ProcessGroupShm, torch_backend::BackendBase,
              c10::intrusive_ptr<torch_backend::ProcessGroupShm>>(m, "ProcessGroupShm")
       .def_property_readonly("global_ranks", &torch_backend::ProcessGroupShm::members,
                              "global ranks of the members, in group-rank order");
@@ -140,9 +140,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
   // The floor for bench/torch/overhead.py: the creator of a backend that moves nothing (its
   // send, recv and barrier return completed Work), registered there as "shmdist_null".
-  py::class_<torch_backend::ProcessGroupNull, c10d::ProcessGroup,
+  py::class_<torch_backend::ProcessGroupNull, torch_backend::BackendBase,
              c10::intrusive_ptr<torch_backend::ProcessGroupNull>>(m, "_ProcessGroupNull");
   m.def("_create_null_process_group", &torch_backend::create_null_process_group,
         py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
   m.attr("__version__") = kVersionString;
+  // The torch this extension was compiled against: shmdist/torch.py refuses another one.
+  m.attr("_torch_built_against") = SHMDIST_TORCH_BUILT_AGAINST;
 }

@@ -19,7 +19,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNull::barrier(const c10d::BarrierOpti
   return completed_work(getRank(), c10d::OpType::BARRIER, {});
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> create_null_process_group(
+c10::intrusive_ptr<BackendBase> create_null_process_group(
     const c10::intrusive_ptr<c10d::Store>&, int rank, int size, std::chrono::milliseconds) {
   return c10::make_intrusive<ProcessGroupNull>(rank, size);
 }

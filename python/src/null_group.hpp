@@ -1,4 +1,4 @@
-// The floor of a torch.distributed call (for bench/torch/overhead.py): a c10d::ProcessGroup
+// The floor of a torch.distributed call (for bench/torch/overhead.py): a c10d backend
 // whose send, recv and barrier do nothing and return an already completed Work. Timed (or
 // counted) through torch.distributed exactly like backend "shm", it measures what torch's
 // Python layer, its bindings and its Work wrapping cost any backend, so that "shm"'s own
@@ -7,14 +7,15 @@
 
 #include <chrono>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "torch_compat.hpp"
 
 namespace shmdist::torch_backend {
 
-class ProcessGroupNull : public c10d::ProcessGroup {
+class ProcessGroupNull : public BackendBase {
  public:
-  ProcessGroupNull(int rank, int size) : c10d::ProcessGroup(rank, size) {}
+  ProcessGroupNull(int rank, int size) : BackendBase(rank, size) {}
   const std::string getBackendName() const override { return "null"; }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
@@ -25,7 +26,7 @@ class ProcessGroupNull : public c10d::ProcessGroup {
 };
 
 // The creator torch.distributed calls (register_backend's plain form).
-c10::intrusive_ptr<c10d::ProcessGroup> create_null_process_group(
+c10::intrusive_ptr<BackendBase> create_null_process_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout);
 

@@ -43,7 +43,8 @@ double cxx_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::str
     for (int i = 0; i < iterations; ++i)
       for (Step s : plan) (s == Step::Send ? pg->send(ts, peer, tag) : pg->recv(ts, peer, tag))->wait();
   } else {
-    auto* shm = dynamic_cast<ProcessGroupShm*>(pg.get());
+    const auto backend = cpu_backend_of(pg);
+    auto* shm = dynamic_cast<ProcessGroupShm*>(backend.get());
     TORCH_CHECK(shm != nullptr, "_cxx_loop: path 'shmdist' needs a group of backend 'shm'");
     BoundTensor b = bind(tensor, "_cxx_loop");
     std::lock_guard lock(shm->job()->mutex);

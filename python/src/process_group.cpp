@@ -23,7 +23,7 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
 ProcessGroupShm::ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c10d::Store> store,
                                  int rank, std::vector<int> members, Group group, Group control,
                                  std::chrono::milliseconds timeout, bool owns_job)
-    : c10d::ProcessGroup(rank, static_cast<int>(members.size())),
+    : BackendBase(rank, static_cast<int>(members.size())),
       store_(std::move(store)),
       job_(std::move(job)),
       members_(std::move(members)),

@@ -1,5 +1,5 @@
-// The torch.distributed backend "shm": a c10d::ProcessGroup (torch 1.13's base class for
-// backends) over a shmdist job. The world and every new_group sub-group of it share one
+// The torch.distributed backend "shm": a c10d backend (BackendBase: c10d::ProcessGroup on
+// torch 1.13, c10d::Backend on torch 2.x; see torch_compat.hpp) over a shmdist job. The world and every new_group sub-group of it share one
 // shmdist ProcessGroup (one segment, one engine): a sub-group is a shmdist Group with an id
 // derived from torch's group name, which all ranks agree on.
 //
@@ -7,7 +7,6 @@
 // `members_`, and receives report their sender's group rank (torch maps it back).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -20,11 +19,12 @@
 
 #include "job.hpp"
 #include "tensor_bridge.hpp"
+#include "torch_compat.hpp"
 #include "work.hpp"
 
 namespace shmdist::torch_backend {
 
-class ProcessGroupShm : public c10d::ProcessGroup {
+class ProcessGroupShm : public BackendBase {
  public:
   // `members`: global ranks of the group's members in group-rank order (the world: 0..n-1);
   // `group`: the shmdist group for user traffic; `control`: one for the backend's own
@@ -85,6 +85,20 @@ class ProcessGroupShm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+#if SHMDIST_TORCH_MAJOR >= 2
+  // torch 2.x only. A sparse all_reduce arrives here: refused by the tensor check, with
+  // what to do (as every operation refuses sparse tensors).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+  // all_gather_into_tensor / reduce_scatter_tensor inside dist._coalescing_manager (FSDP):
+  // one collective per pair, in one Work.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
 
  private:
   c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,

@@ -199,17 +199,18 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
             import torch.multiprocessing
             process = torch.multiprocessing.get_context("fork").Process
 
-            def start(target, name, args):
-                return process(target=as_if_spawned, name=name, args=(target, *args))
+            def start(target, name, args, kwargs=None):  # torch 2.x passes kwargs too
+                return process(target=as_if_spawned, name=name, args=(target, *args),
+                               kwargs=kwargs or {})
             self._start_processes(start)
 
 
-def as_if_spawned(target, *args):
+def as_if_spawned(target, *args, **kwargs):
     """A forked rank's start: what torch's test module reads from the environment when
     imported, as a spawned rank (which imports it after the test's setUp) sees it."""
     from torch.testing._internal.distributed import distributed_test
     distributed_test.INIT_METHOD = os.getenv("INIT_METHOD", "env://")
-    target(*args)
+    target(*args, **kwargs)
 
 if __name__ == "__main__":
     before = shm_names()

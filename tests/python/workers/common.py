@@ -9,6 +9,18 @@ import torch
 import torch.distributed as dist
 
 
+# torch 2.x checks more in Python and in its dispatcher before a call reaches a backend.
+TORCH2 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 0)
+
+
+def backend_of(group=None):
+    """The backend object itself (ProcessGroupShm): the group on torch 1.13, its CPU backend
+    on 2.x, where torch wraps backends in a ProcessGroup of its own."""
+    from torch.distributed import distributed_c10d as c10d
+    group = c10d._get_default_group() if group is None else group
+    return group._get_backend(torch.device("cpu")) if TORCH2 else group
+
+
 def run_checks(checks, group_label=""):
     rank = dist.get_rank()
     for check in checks:
