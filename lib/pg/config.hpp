@@ -2,7 +2,7 @@
 //
 // Adding a variable is a change to this file and config.cpp only: a field in Config, and a
 // row in config.cpp's table (name, accepted values, default, meaning, how to parse it). The
-// README's table of variables must list it too: tests/config fails until it does.
+// table of variables in docs/launcher.md must list it too: tests/config fails until it does.
 // Variables of other launchers (RANK, WORLD_SIZE, MASTER_ADDR, OMPI_*, PMI_*) are not ours:
 // pg/join.cpp reads those (through pg/env.hpp).
 #pragma once
@@ -26,7 +26,7 @@ using wait::kDefaultHealthCheck;
 // on are read by the receiver straight from the sender's memory (transport/single_copy.hpp);
 // below it the ring's two copies cost less. Between processes auto is off: process_vm_readv
 // pins the sender's pages one by one and cost 2.7-3.5x a memcpy per byte on the VMs measured,
-// more than the ring's two copies (see the README); a size switches it on there too.
+// more than the ring's two copies (see docs/semantics.md); a size switches it on there too.
 inline constexpr std::uint64_t kDefaultSingleCopy = 64 * 1024;
 
 struct Config {
@@ -47,7 +47,7 @@ struct Config {
   std::optional<std::string> host_id;
 };
 
-// One row of the table: what the README documents.
+// One row of the table: what docs/launcher.md documents.
 struct VariableInfo {
   const char* name;
   const char* accepted;
@@ -55,7 +55,7 @@ struct VariableInfo {
   const char* meaning;
 };
 
-// Every variable, in the order of the README's table.
+// Every variable, in the order of docs/launcher.md's table.
 std::span<const VariableInfo> variables();
 
 // Reads every variable through `lookup` (nullopt = unset). Throws SetupError naming the

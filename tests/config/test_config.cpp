@@ -1,5 +1,5 @@
 // The one owner of the SHMDIST_* variables: what each reads to, what it refuses (naming the
-// variable, the value and the accepted range), and that the README documents every one.
+// variable, the value and the accepted range), and that docs/launcher.md documents every one.
 #include <boost/test/unit_test.hpp>
 
 #include <fstream>
@@ -117,18 +117,18 @@ BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
   for (const auto& [name, n] : seen) BOOST_TEST(n == 1, name);
 }
 
-// The README's table of variables is the table in lib/pg/config.cpp, row for row.
-BOOST_AUTO_TEST_CASE(readme_documents_every_variable) {
-  std::ifstream in(SHMDIST_README);
-  BOOST_REQUIRE_MESSAGE(in, "cannot read " SHMDIST_README);
+// The table of variables in docs/launcher.md is the table in lib/pg/config.cpp, row for row.
+BOOST_AUTO_TEST_CASE(docs_document_every_variable) {
+  std::ifstream in(SHMDIST_VARIABLES_DOC);
+  BOOST_REQUIRE_MESSAGE(in, "cannot read " SHMDIST_VARIABLES_DOC);
   std::stringstream text;
   text << in.rdbuf();
-  const std::string readme = text.str();
+  const std::string doc = text.str();
   for (const auto& v : config::variables()) {
     const std::string row = std::string("| `") + v.name + "` | " + v.accepted + " | " +
                             v.default_value + " | " + v.meaning + " |";
-    BOOST_TEST(readme.find(row) != std::string::npos,
-               "README.md's table of variables lacks (or differs from) the row\n" << row);
+    BOOST_TEST(doc.find(row) != std::string::npos,
+               "docs/launcher.md's table of variables lacks (or differs from) the row\n" << row);
   }
 }
 

@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_SUITE_END()
 // The collective area sits between the ring controls and the ring data (the last ring ends
 // the segment): one CollControl per rank, then two slots per rank of
 // default_coll_slot_size(world) data bytes behind a one-line header, page aligned; the
-// segment's size is exactly that (the README's formula).
+// segment's size is exactly that (the formula in docs/collectives.md).
 BOOST_AUTO_TEST_CASE(collective_area_geometry) {
   using shmdist::segment::Geometry;
   namespace seg = shmdist::segment;

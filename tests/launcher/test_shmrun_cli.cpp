@@ -30,7 +30,7 @@ BOOST_AUTO_TEST_CASE(version_names_the_project_version) {
   BOOST_TEST(r.out == std::string("shmrun (shmdist) ") + shmdist::kVersionString + "\n");
 }
 
-// Each bad command line: exit 2 (a usage error, as the README says; bad option values
+// Each bad command line: exit 2 (a usage error, as docs/launcher.md says; bad option values
 // included), one message that starts with "shmrun:" and names the problem, and no rank started.
 BOOST_AUTO_TEST_CASE(bad_options_give_clear_errors) {
   const std::string probe = program("probe_env");
