@@ -121,3 +121,41 @@ def test_torchrun_while_port_29400_is_taken():
         check_seed(torchrun(n, SEEDS / script), script, expected)
     finally:
         holder.close()
+
+
+def ddp_outcome(results):
+    """Per rank: (losses, parameter digest) from workers/ddp.py's output."""
+    assert all(r.returncode == 0 for r in results), results
+    text = "".join(r.stdout for r in results)
+    losses, params = {}, {}
+    for line in text.splitlines():
+        if not line.startswith(("LOSSES ", "PARAMS ")):
+            continue
+        kind, rank, *rest = line.split()
+        if kind == "LOSSES":
+            losses[rank] = rest
+        elif kind == "PARAMS":
+            params[rank] = rest[0]
+    assert set(losses) == set(params) == {"rank=0", "rank=1"}, results
+    return losses, params
+
+
+def test_ddp_training_matches_gloo_bit_for_bit():
+    """DistributedDataParallel on "shm": after training, the parameters are bitwise equal on
+    every rank, and every step's loss equals gloo's on the same model, data and seeds (two
+    ranks: a sum of two values does not depend on the order of its operands)."""
+    shm_losses, shm_params = ddp_outcome(env_ranks(2, WORKERS / "ddp.py", "shm"))
+    gloo_losses, gloo_params = ddp_outcome(env_ranks(2, WORKERS / "ddp.py", "gloo"))
+    assert shm_params["rank=0"] == shm_params["rank=1"], shm_params
+    assert shm_losses["rank=0"] == shm_losses["rank=1"], shm_losses
+    assert len(shm_losses["rank=0"]) == 8
+    assert shm_losses == gloo_losses, (shm_losses, gloo_losses)
+    assert shm_params == gloo_params, (shm_params, gloo_params)
+    # Training happened: the loss moved.
+    assert shm_losses["rank=0"][0] != shm_losses["rank=0"][-1]
+
+
+def test_ddp_training_under_shmrun():
+    result = shmrun(2, WORKERS / "ddp.py", "shm")
+    losses, params = ddp_outcome([result])
+    assert params["rank=0"] == params["rank=1"] and losses["rank=0"] == losses["rank=1"], result

@@ -21,16 +21,26 @@ def backend_of(group=None):
     return group._get_backend(torch.device("cpu")) if TORCH2 else group
 
 
+def say(line):
+    """Prints one line with one write(2): the ranks of a job share one pipe, and print()
+    writes the text and its newline separately when Python's output is unbuffered
+    (PYTHONUNBUFFERED), so another rank's line could land between the two and hide this one
+    from the test's line-by-line parsing. One write of less than PIPE_BUF bytes stays whole."""
+    data = (line + "\n").encode()
+    while data:
+        data = data[os.write(1, data):]
+
+
 def run_checks(checks, group_label=""):
     rank = dist.get_rank()
     for check in checks:
         name = check.__name__ + (f"[{group_label}]" if group_label else "")
         try:
             check()
-            print(f"PASS {name} rank={rank}", flush=True)
+            say(f"PASS {name} rank={rank}")
         except Exception:  # noqa: BLE001 - reported, the next check still runs
             text = traceback.format_exc().strip().replace("\n", " | ")
-            print(f"FAIL {name} rank={rank}: {text}", flush=True)
+            say(f"FAIL {name} rank={rank}: {text}")
 
 
 def expect(condition, what):

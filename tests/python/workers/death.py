@@ -8,7 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from common import init
+from common import init, say
 
 init()
 rank = dist.get_rank()
@@ -19,9 +19,9 @@ if rank == 0:
     t0 = time.monotonic()
     try:
         dist.recv(torch.zeros(1), src=1)
-        print("NOT RAISED", flush=True)
+        say("NOT RAISED")
     except RuntimeError as e:
-        print(f"CAUGHT {type(e).__name__} after {time.monotonic() - t0:.1f}s: {e}", flush=True)
+        say(f"CAUGHT {type(e).__name__} after {time.monotonic() - t0:.1f}s: {e}")
     sys.stdout.flush()
     os._exit(0)
 time.sleep(30)  # other ranks: stopped by the launcher

@@ -6,7 +6,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from common import TORCH2, backend_of, expect, expect_raises, finish, init, run_checks
+from common import TORCH2, backend_of, expect, expect_raises, finish, init, run_checks, say
 
 init()
 RANK = dist.get_rank()
@@ -107,6 +107,6 @@ run_checks([non_cpu_tensors_are_refused, sparse_tensors_are_refused, quantized_t
             a_receive_times_out, a_wait_with_its_own_timeout_leaves_the_work_pending,
             a_monitored_barrier_with_timeout_zero_expires_at_once])
 dist.barrier()
-print(f"DONE rank={RANK}", flush=True)
+say(f"DONE rank={RANK}")
 # The timed-out receive was matched later (tag 77); nothing is left unreceived.
 finish()

@@ -4,8 +4,8 @@ import time
 
 import torch.distributed as dist
 
-from common import init
+from common import init, say
 
 init()
-print(f"READY rank={dist.get_rank()}", flush=True)
+say(f"READY rank={dist.get_rank()}")
 time.sleep(120)

@@ -4,7 +4,7 @@ SHMDIST_TEST_INIT (env://, tcp://..., file://...)."""
 import torch
 import torch.distributed as dist
 
-from common import init, finish
+from common import init, finish, say
 
 init()
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -16,5 +16,5 @@ if rank == 0:
 elif rank == 1:
     res = torch.zeros(1, dtype=torch.long)
     assert dist.recv(res, src=0) == 0 and res.item() == 42
-print(f"OK rank={rank} backend={dist.get_backend()}", flush=True)
+say(f"OK rank={rank} backend={dist.get_backend()}")
 finish()

@@ -5,7 +5,7 @@ PASS/FAIL line per check and rank."""
 import torch
 import torch.distributed as dist
 
-from common import DTYPES, expect, expect_equal, expect_raises, finish, init, members, run_checks, sample
+from common import DTYPES, expect, expect_equal, expect_raises, finish, init, members, run_checks, sample, say
 
 init()
 RANK = dist.get_rank()
@@ -335,5 +335,5 @@ for label, group in groups:
     ME = M.index(RANK)
     run_checks(CHECKS, label)
 dist.barrier()
-print(f"DONE rank={RANK}", flush=True)
+say(f"DONE rank={RANK}")
 finish()
