@@ -27,6 +27,7 @@ leaves a shmdist name in /dev/shm.
 """
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -139,9 +140,18 @@ def record_results_in(path):
 
     def error_text(args):
         kind, value, _ = args[0]
-        lines = [l for l in str(value).splitlines() if l.strip()] or [""]
-        # A rank's failure arrives as its whole traceback: its first and last lines say it.
-        return f"{kind.__name__}: {lines[0]}" + (f" | {lines[-1]}" if len(lines) > 1 else "")
+        lines = [l for l in str(value).splitlines() if l.strip()]
+        # torch 2.x ends a rank's traceback with how to rerun the test: not the reason.
+        for i, l in enumerate(lines):
+            if l.startswith("To execute this test, run the following"):
+                lines = lines[:i]
+                break
+        lines = lines or [""]
+        # A rank's failure arrives as its whole traceback: its first line and its last
+        # exception line say it (an assertion's diff may follow that).
+        said = [l for l in lines[1:] if re.match(r"[\w.]+(Error|Exception|Timeout): ", l)]
+        last = said[-1] if said else lines[-1]
+        return f"{kind.__name__}: {lines[0]}" + (f" | {last}" if len(lines) > 1 else "")
 
     base.startTest = start
     base.addSuccess = outcome("addSuccess", "pass")
