@@ -3,7 +3,7 @@
 DistributedTest._DistTestBase, as torch's test/distributed/test_distributed_spawn.py runs
 them) against backend "shm", or any backend torch knows.
 
-    BACKEND=shm PYTHONPATH=<build>/python /usr/bin/python3 tests/python/torch_suite/run_dist.py \
+    BACKEND=shm PYTHONPATH=<build>/python PYTHON tests/python/torch_suite/run_dist.py \
         [--world-size 2] [--list FILE] [--as gloo] [--start spawn|fork] [--results OUT] \
         [unittest options and test names]
 
@@ -20,8 +20,10 @@ test (~3 s of CPU a rank); the tests' outcomes were the same both ways on all 27
 "NAME<TAB>outcome<TAB>seconds<TAB>reason" (outcome pass, skip, fail, error, xfail, xpass);
 survey.py drives whole runs through it.
 
-torch's test modules import expecttest, which Debian lacks: the stand-in next to this file
-provides what they use. torch decides some tests by backend name: "shm" is added to its
+PYTHON is the interpreter the backend was built for: Debian's torch 1.13 (/usr/bin/python3) or a
+torch 2.x (2.13: a venv with pip's torch, numpy and pytest). torch's test modules import
+expecttest, which Debian lacks and pip's torch does not require: the stand-in next to this file
+provides what they use (torch 1.13's and 2.13's alike), so neither needs it installed. torch decides some tests by backend name: "shm" is added to its
 "plugin" and "subgroup" feature sets, as a third-party backend would be. The run fails if it
 leaves a shmdist name in /dev/shm.
 """
