@@ -52,6 +52,7 @@ std::vector<Tensor> views(const std::vector<BoundTensor>& bound) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::collective(
     c10d::OpType type, std::vector<at::Tensor> outputs, const std::vector<BoundTensor>& written,
     std::chrono::milliseconds timeout, const std::function<std::vector<Work>()>& post) {
+  seq_.fetch_add(1, std::memory_order_relaxed);
   auto work = make_work(type, std::move(outputs), timeout);
   for (const BoundTensor& b : written)
     if (b.staging.defined()) work->on_success([b] { b.finish(); });

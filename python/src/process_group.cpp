@@ -103,6 +103,7 @@ void ProcessGroupShm::post_tokens(ShmWork& work, int tag) {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptions& opts) {
+  seq_.fetch_add(1, std::memory_order_relaxed);
   auto work = make_work(c10d::OpType::BARRIER, {}, opts.timeout);
   std::lock_guard lock(job_->mutex);
   post_tokens(*work, kBarrierTag);

@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -41,6 +42,14 @@ class ProcessGroupShm : public BackendBase {
   const std::vector<int>& members() const { return members_; }
   const Group& group() const { return group_; }
   const std::shared_ptr<Job>& job() const { return job_; }
+
+  // The group's count of collectives (barriers included; point-to-point is not counted, as
+  // its calls differ between ranks). All members make the same collectives in the same
+  // order, so the counts agree: torch's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL
+  // wraps every group in it) compares them across ranks before each collective. It starts
+  // at 0, as gloo's does, so setting it needs no agreement through the store.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(std::memory_order_relaxed); }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override;
@@ -121,6 +130,7 @@ class ProcessGroupShm : public BackendBase {
   Group control_;
   std::chrono::milliseconds timeout_;
   bool owns_job_;  // the world's torch group: destroying it destroys the shmdist job
+  std::atomic<std::uint64_t> seq_{0};  // collectives started (getSequenceNumberForGroup)
 };
 
 }  // namespace shmdist::torch_backend

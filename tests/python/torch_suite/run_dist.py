@@ -3,7 +3,7 @@
 DistributedTest._DistTestBase, as torch's test/distributed/test_distributed_spawn.py runs
 them) against backend "shm", or any backend torch knows.
 
-    BACKEND=shm PYTHONPATH=<build>/python /usr/bin/python3 tests/python/torch_suite/run_dist.py \
+    BACKEND=shm PYTHONPATH=<build>/python PYTHON tests/python/torch_suite/run_dist.py \
         [--world-size 2] [--list FILE] [--as gloo] [--start spawn|fork] [--results OUT] \
         [unittest options and test names]
 
@@ -15,18 +15,22 @@ every test as it does for gloo (its many `BACKEND in {...}` checks), while every
 a test asks for with backend "gloo" is made by "shm": gloo's tests, on "shm".
 --start fork forks each test's ranks from this process, which has imported torch's test module
 already, instead of spawning them (torch's way), which imports it afresh in every rank of every
-test (~3 s of CPU a rank); the tests' outcomes were the same both ways on all 279 on gloo.
+test (~3 s of CPU a rank); the tests' outcomes on gloo were the same both ways (all 279 of
+torch 1.13's; the 90 of torch 2.13's that pass).
 --results OUT appends one line per test to OUT: "start NAME" when it begins, then
 "NAME<TAB>outcome<TAB>seconds<TAB>reason" (outcome pass, skip, fail, error, xfail, xpass);
 survey.py drives whole runs through it.
 
-torch's test modules import expecttest, which Debian lacks: the stand-in next to this file
-provides what they use. torch decides some tests by backend name: "shm" is added to its
+PYTHON is the interpreter the backend was built for: Debian's torch 1.13 (/usr/bin/python3) or a
+torch 2.x (2.13: a venv with pip's torch, numpy and pytest). torch's test modules import
+expecttest, which Debian lacks and pip's torch does not require: the stand-in next to this file
+provides what they use (torch 1.13's and 2.13's alike), so neither needs it installed. torch decides some tests by backend name: "shm" is added to its
 "plugin" and "subgroup" feature sets, as a third-party backend would be. The run fails if it
 leaves a shmdist name in /dev/shm.
 """
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -139,9 +143,18 @@ def record_results_in(path):
 
     def error_text(args):
         kind, value, _ = args[0]
-        lines = [l for l in str(value).splitlines() if l.strip()] or [""]
-        # A rank's failure arrives as its whole traceback: its first and last lines say it.
-        return f"{kind.__name__}: {lines[0]}" + (f" | {lines[-1]}" if len(lines) > 1 else "")
+        lines = [l for l in str(value).splitlines() if l.strip()]
+        # torch 2.x ends a rank's traceback with how to rerun the test: not the reason.
+        for i, l in enumerate(lines):
+            if l.startswith("To execute this test, run the following"):
+                lines = lines[:i]
+                break
+        lines = lines or [""]
+        # A rank's failure arrives as its whole traceback: its first line and its last
+        # exception line say it (an assertion's diff may follow that).
+        said = [l for l in lines[1:] if re.match(r"[\w.]+(Error|Exception|Timeout): ", l)]
+        last = said[-1] if said else lines[-1]
+        return f"{kind.__name__}: {lines[0]}" + (f" | {last}" if len(lines) > 1 else "")
 
     base.startTest = start
     base.addSuccess = outcome("addSuccess", "pass")

@@ -21,13 +21,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN_DIST = os.path.join(HERE, "run_dist.py")
 
 
-def all_test_names():
+def all_test_names(backend):
     """Every test of the suite, as run_dist.py's class has them (imported in a child so that
-    this process does not import torch)."""
+    this process does not import torch), with BACKEND=backend as the chunks have it."""
     code = ("import sys; sys.argv=[sys.argv[0]]; import run_dist; "
             "print('\\n'.join(sorted(n for n in dir(run_dist.TestDistBackendWithSpawn) "
             "if n.startswith('test'))))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, BACKEND=backend,
+               PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
     env.pop("CI", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                          text=True, timeout=300)
@@ -94,7 +95,7 @@ def main():
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     args.log = args.log or args.out + ".log"
-    names = args.names or (names_from(args.list) if args.list else all_test_names())
+    names = args.names or (names_from(args.list) if args.list else all_test_names(args.backend))
     done = done_in(args.out)
     todo = [n for n in names if n not in done]
     raw = args.out + ".raw"
