@@ -89,10 +89,16 @@ NamedObject find_or_create(const std::string& name, int rank, int world, std::ui
                                         "' left by a crashed job");
       continue;
     }
+    // Incomplete or invalid (its creator died before finishing it): replaced once nobody
+    // holds its creation lock.
     if (obj.fd >= 0 && remove_if_abandoned(obj.fd, name)) continue;
     if (Clock::now() >= deadline)
       throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
-                       "' on segment '" + name + "' within the timeout");
+                       "' on segment '" + name + "' within the timeout" +
+                       (obj.invalid.empty() ? std::string()
+                                            : " (" + obj.invalid + "; a live process holds "
+                                              "its creation lock)") +
+                       "; " + kRemedy);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

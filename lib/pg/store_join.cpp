@@ -90,6 +90,8 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
   for (;;) {
     const Announcement a = Announcement::parse(store.get(kSegmentKey));
     NamedObject obj = open_named_object(a.name, world, kRemedy);  // ours and private, or throws
+    if (!obj.invalid.empty())  // rank 0 completes its segment before announcing it
+      throw SetupError("cannot join the segment announced through the store: " + obj.invalid);
     const std::string why = why_not_joinable(obj, a, rank);
     if (why.empty()) {
       name = a.name;

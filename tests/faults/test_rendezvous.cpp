@@ -15,6 +15,7 @@
 #include "launcher/shmrun_helpers.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
+#include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "support/shm_check.hpp"
 
@@ -164,6 +165,63 @@ BOOST_AUTO_TEST_CASE(a_half_created_object_does_not_block_the_job) {
   }
   BOOST_TEST(contains(err, "replacing the incomplete segment '" + name + "'"), err);
   BOOST_TEST(!object_exists(name));
+}
+
+// Writes the first `bytes` of a segment header that a creator had begun to write (magic
+// number first, then the layout version), as a creator killed mid-write, or one of another
+// layout, leaves it.
+void write_header_prefix(const std::string& name, std::size_t bytes) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  shmdist::segment::SegmentHeader h {};
+  h.magic = shmdist::segment::kMagic;
+  h.layout_version = shmdist::segment::kLayoutVersion;
+  BOOST_REQUIRE(pwrite(fd, &h, bytes, 0) == static_cast<ssize_t>(bytes));
+  close(fd);
+}
+
+// The issue's second promise: an object under the name that this user created (O_EXCL, 0600)
+// and whose creator died before the layout was complete is replaced, whatever it holds: no
+// bytes at all, part of a header (the magic number already written), or a whole header
+// without the rest of the layout. Nobody holds its creation lock, so nobody is creating it.
+// (Objects with a magic number used to be taken for complete, refused as "not valid" and
+// left in place, so that the job identity could never start again.)
+BOOST_AUTO_TEST_CASE(a_half_created_object_of_any_size_is_replaced) {
+  struct Plant {
+    const char* what;
+    off_t size;
+    std::size_t header_bytes;  // how much of a header was written (0: none)
+  };
+  const Plant plants[] = {
+      {"an empty object", 0, 0},
+      {"the magic number of a header cut short", 16, 8},
+      {"a header without the rest of the layout", sizeof(shmdist::segment::SegmentHeader),
+       16},
+      {"a header on a zero-filled object of the wrong size", 65536, 16},
+  };
+  int salt = 20;
+  for (const Plant& p : plants) {
+    BOOST_TEST_CONTEXT(p.what) {
+      const int port = rendezvous_port(salt++);
+      const std::string name = object_name(port, 2);
+      plant(name, 0600, p.size);
+      if (p.header_bytes) write_header_prefix(name, p.header_bytes);
+      Ranks ranks;
+      ranks.start(0, 2, port);
+      ranks.start(1, 2, port);
+      std::string err;
+      for (const CommandResult& r : ranks.finish()) {
+        BOOST_TEST_INFO(r.out << r.err);
+        BOOST_TEST(!r.timed_out);
+        BOOST_TEST(r.exit_code == 0);
+        BOOST_TEST(contains(r.out, "DONE"));
+        err += r.err;
+      }
+      BOOST_TEST(contains(err, "replacing the incomplete segment '" + name + "'"), err);
+      BOOST_TEST(!object_exists(name));
+      shm_unlink(name.c_str());  // in case it was refused: leave nothing behind
+    }
+  }
 }
 
 // Issue 11, bug 4: ranks 0 and 1 of a 3-rank job have joined; one is SIGKILLed. The survivor
