@@ -48,7 +48,10 @@ bool is_begun(int fd) {
   return pread(fd, &magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) && magic != 0;
 }
 
-// A complete segment of this layout, for any world size (the caller holds its lock).
+// A complete segment of this layout, for any world size. The caller holds the object's lock,
+// so no creator of ours is writing it: one that finished stored its magic number last with
+// release, and validate() reads the header with acquire, so a finished layout is seen whole
+// and never taken for an invalid one.
 bool is_valid_segment(int fd) {
   if (!is_begun(fd)) return false;
   try {

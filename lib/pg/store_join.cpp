@@ -192,6 +192,10 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
   return ProcessGroupAccess::make(std::move(impl));
 }
 
+void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {
+  ProcessGroupAccess::impl(pg).engine->check_peers(waiting_for);
+}
+
 Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id) {
   ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
   if (id < kFirstRuntimeGroupId)

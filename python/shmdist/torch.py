@@ -85,6 +85,74 @@ def _allow_monitored_barrier_on_shm():
 
 _allow_monitored_barrier_on_shm()
 
+
+class _PeerWatchingStore:
+    """A store for torch's store-based barrier: before each of its polls (add, wait), checks
+    the ranks of the world job on "shm" and raises PeerFailure naming one that died. Every
+    other attribute is the store's own."""
+
+    _SLICE_S = 0.1  # a wait is cut into slices this long, with a check before each
+
+    def __init__(self, store, waiting_for):
+        self._store = store
+        self._waiting_for = waiting_for
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def add(self, key, value):
+        _C._check_world_peers(self._waiting_for)
+        try:
+            return self._store.add(key, value)
+        except RuntimeError:
+            # Rank 0 hosts torch's TCPStore: when it dies, this says "Connection reset by
+            # peer", a moment before its process is seen gone. Name it if it is.
+            import time
+            until = time.monotonic() + 0.5
+            while time.monotonic() < until:
+                _C._check_world_peers(self._waiting_for)
+                time.sleep(0.01)
+            raise
+
+    def wait(self, keys, timeout=None):
+        import time
+        from datetime import timedelta
+        if timeout is None:
+            timeout = self._store.timeout
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            _C._check_world_peers(self._waiting_for)
+            left = deadline - time.monotonic()
+            try:
+                return self._store.wait(keys, timedelta(seconds=max(0.0, min(self._SLICE_S, left))))
+            except RuntimeError:
+                if time.monotonic() >= deadline:
+                    raise
+
+
+def _watch_peers_in_store_based_barrier():
+    """torch's init_process_group and new_group end with a barrier on the store (torch 1.13
+    and 2.0 always, later ones when TORCH_DIST_INIT_BARRIER=1), which knows nothing of
+    processes: a rank that died after it joined the job kept the others there until the init
+    timeout, with an error that names no rank. Each rank polls the store in that barrier; the
+    store handed to it checks the job's ranks first, so the survivors raise PeerFailure naming
+    the dead rank within a health-check interval (SHMDIST_HEALTH_CHECK_MS)."""
+    from torch.distributed import distributed_c10d as c10d
+    original = getattr(c10d, "_store_based_barrier", None)
+    if original is None or getattr(original, "_shmdist", False):
+        return
+
+    def _store_based_barrier(rank, store, *args, **kwargs):
+        waiting_for = "torch's store-based barrier at the end of init_process_group or new_group"
+        return original(rank, _PeerWatchingStore(store, waiting_for), *args, **kwargs)
+
+    _store_based_barrier._shmdist = True
+    _store_based_barrier.__doc__ = original.__doc__
+    c10d._store_based_barrier = _store_based_barrier
+
+
+_watch_peers_in_store_based_barrier()
+
 ProcessGroupShm = _C.ProcessGroupShm
 Error = _C.Error
 InvalidArgument = _C.InvalidArgument
