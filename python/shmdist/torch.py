@@ -12,6 +12,9 @@ dist.monitored_barrier (which torch 1.13 refuses in Python for every backend but
 through to "shm" groups.
 """
 
+import time as _time
+from datetime import timedelta as _timedelta
+
 import torch
 import torch.distributed as _dist
 
@@ -100,33 +103,42 @@ class _PeerWatchingStore:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def add(self, key, value):
+    def _check(self):
         _C._check_world_peers(self._waiting_for)
+
+    def _store_failed(self):
+        """The store itself failed. Rank 0 hosts torch's TCPStore: when it dies, this says
+        "Connection reset by peer" a moment before its process is seen gone. Names it if it
+        is (PeerFailure); the caller re-raises the store's error otherwise."""
+        until = _time.monotonic() + 0.5
+        while _time.monotonic() < until:
+            self._check()
+            _time.sleep(0.01)
+
+    def add(self, key, value):
+        self._check()
         try:
             return self._store.add(key, value)
         except RuntimeError:
-            # Rank 0 hosts torch's TCPStore: when it dies, this says "Connection reset by
-            # peer", a moment before its process is seen gone. Name it if it is.
-            import time
-            until = time.monotonic() + 0.5
-            while time.monotonic() < until:
-                _C._check_world_peers(self._waiting_for)
-                time.sleep(0.01)
+            self._store_failed()
             raise
 
     def wait(self, keys, timeout=None):
-        import time
-        from datetime import timedelta
-        if timeout is None:
-            timeout = self._store.timeout
-        deadline = time.monotonic() + timeout.total_seconds()
+        # torch 2.1 and later wait on the store in slices of 10 s or more; a slice of ours
+        # never goes below 1 ms, which a store would take for "no timeout".
+        total = (self._store.timeout if timeout is None else timeout).total_seconds()
+        deadline = _time.monotonic() + total if total > 0 else float("inf")
         while True:
-            _C._check_world_peers(self._waiting_for)
-            left = deadline - time.monotonic()
+            self._check()
+            began = _time.monotonic()
+            piece = max(0.001, min(self._SLICE_S, deadline - began))
             try:
-                return self._store.wait(keys, timedelta(seconds=max(0.0, min(self._SLICE_S, left))))
+                return self._store.wait(keys, _timedelta(seconds=piece))
             except RuntimeError:
-                if time.monotonic() >= deadline:
+                if _time.monotonic() >= deadline:
+                    raise
+                if _time.monotonic() - began < piece / 2:  # not its timeout: the store failed
+                    self._store_failed()
                     raise
 
 
