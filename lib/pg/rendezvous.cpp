@@ -95,9 +95,7 @@ NamedObject find_or_create(const std::string& name, int rank, int world, std::ui
     if (Clock::now() >= deadline)
       throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
                        "' on segment '" + name + "' within the timeout" +
-                       (obj.invalid.empty() ? std::string()
-                                            : " (" + obj.invalid + "; a live process holds "
-                                              "its creation lock)") +
+                       (obj.invalid.empty() ? std::string() : " (" + obj.invalid + ")") +
                        "; " + kRemedy);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
