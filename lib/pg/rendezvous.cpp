@@ -101,8 +101,8 @@ NamedObject find_or_create(const std::string& name, int rank, int world, std::ui
   }
 }
 
-// A rank (or the segment's creator) that died before everyone joined, or -2 if none; sets
-// `pid`. Ranks publish their pid right after claiming their slot; 0 means not yet.
+}  // namespace
+
 int dead_participant(const segment::Segment& seg, int self, int& pid) {
   for (int r = 0; r < seg.world_size(); ++r) {
     if (r == self) continue;
@@ -115,8 +115,6 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
   if (pid != getpid() && !process_alive(pid)) return -1;
   return -2;
 }
-
-}  // namespace
 
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,

@@ -20,6 +20,7 @@
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "pg/runtime_hooks.hpp"
+#include "segment/job_state.hpp"
 
 namespace shmdist::detail {
 namespace {
@@ -110,9 +111,9 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
   }
 }
 
-// Waits until every rank has attached. Throws if the deadline passes or the creator dies
-// first (the job cannot start then).
-void await_all_attached(const segment::Segment& seg, int rank, int world,
+// Waits until every rank has attached. Throws if the deadline passes or a rank that attached
+// (or rank 0, the creator) dies first: the job cannot start then, and no launcher would say.
+void await_all_attached(segment::Segment& seg, int rank, int world,
                         std::chrono::milliseconds timeout, Clock::time_point deadline) {
   auto& attached = seg.header().attached;
   auto next_check = Clock::now();
@@ -120,11 +121,18 @@ void await_all_attached(const segment::Segment& seg, int rank, int world,
     const auto now = Clock::now();
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
-      const auto creator = static_cast<pid_t>(seg.header().creator_pid);
-      if (rank != 0 && !process_alive(creator))
-        throw PeerFailure("rank 0 (pid " + std::to_string(creator) +
-                          ") died while the ranks attached to its segment; the job cannot "
-                          "start. Start all its ranks again.");
+      int pid = 0;
+      const int dead = dead_participant(seg, rank, pid);
+      // A rank that ended once everyone had attached is the transport's business, not ours.
+      const auto joined = attached.load(std::memory_order_acquire);
+      if (dead != -2 && joined < static_cast<std::uint32_t>(world)) {
+        if (dead >= 0) segment::record_job_failure(seg, dead, segment::EndKind::Vanished, 0);
+        throw PeerFailure("rank " + std::to_string(dead >= 0 ? dead : 0) + " (pid " +
+                          std::to_string(pid) + ") died while the ranks attached to the job's "
+                          "segment, when " + std::to_string(joined) + " of " +
+                          std::to_string(world) + " ranks had attached; the job cannot start. "
+                          "Start all its ranks again.");
+      }
     }
     if (now >= deadline)
       throw SetupError("rank " + std::to_string(rank) + ": only " +

@@ -10,6 +10,8 @@
 
 #include <boost/test/unit_test.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "launcher/shmrun_helpers.hpp"
@@ -256,6 +258,49 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once
       BOOST_TEST(contains(f["what"], "died during the rendezvous, when 2 of 3 ranks had joined"));
       BOOST_TEST(!object_exists(name));
       ranks.procs[victim]->finish(10s);
+    }
+  }
+}
+
+// The torch backend's join (rank 0 creates a segment and announces it through the store):
+// ranks 0 and 1 of a 3-rank job have attached, rank 2 is not there yet; one of them is
+// SIGKILLed. The survivor gets PeerFailure naming it at once, not SetupError after the join
+// timeout, and the name is removed. (Only the death of rank 0 used to be noticed.)
+BOOST_AUTO_TEST_CASE(a_rank_dying_while_ranks_attach_through_a_store_fails_the_others_at_once) {
+  for (const int victim : {0, 1}) {
+    BOOST_TEST_CONTEXT("victim " << victim) {
+      char dir_template[] = "/tmp/shmdist-store-XXXXXX";
+      const std::string dir = mkdtemp(dir_template);
+      std::vector<std::unique_ptr<LiveCommand>> ranks;
+      for (int r = 0; r < 2; ++r) {
+        CommandOptions o = clean_options(60s);
+        o.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}};
+        ranks.push_back(std::make_unique<LiveCommand>(
+            std::vector<std::string>{program("fault_rank"), "store_join", dir}, o));
+      }
+      std::string name;  // from rank 0's announcement: "<name> <job key> <pid>"
+      shmdist::segment::Segment seen;
+      BOOST_REQUIRE(ranks[0]->wait_until(
+          [&] {
+            if (name.empty()) std::ifstream(dir + "/shmdist_segment") >> name;
+            if (!name.empty() && !seen.valid())
+              seen = shmdist::segment::Segment::attach_name(name, 3);
+            return seen.valid() && seen.header().attached.load() == 2;
+          },
+          30s));
+      seen = {};
+      const pid_t victim_pid = ranks[victim]->pid();
+      ranks[victim]->signal(SIGKILL);
+      const CommandResult survivor = ranks[1 - victim]->finish(60s);
+      auto f = error_fields(survivor);
+      BOOST_TEST(f["type"] == "PeerFailure");
+      BOOST_TEST(contains(f["what"], "rank " + std::to_string(victim) + " (pid " +
+                                         std::to_string(victim_pid) + ") died while the ranks "
+                                         "attached"));
+      BOOST_TEST(!object_exists(name));
+      ranks[victim]->finish(10s);
+      shm_unlink(name.c_str());  // in case it stayed: leave nothing behind
+      std::filesystem::remove_all(dir);
     }
   }
 }
