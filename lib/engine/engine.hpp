@@ -113,6 +113,11 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;
 
+  // For a wait outside the engine that needs every rank (torch's store-based barrier):
+  // throws PeerFailure naming the rank if a peer ended abnormally or the job was aborted.
+  // Never blocks; peers' processes are polled at most every health-check interval.
+  void check_peers(const std::string& waiting_for);
+
   // new_group's bookkeeping (groups.cpp): this rank's group `id` (1, 2, ... in creation order)
   // has the sorted global ranks `members` and signature `sig`. Every message on a group is
   // checked against this rank's group of the same id, so that ranks which created groups in
@@ -204,6 +209,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   bool block_until(Done&& done, const WaitFocus& focus, Clock::duration limit);
   void publish_blocked(const WaitFocus& focus);
   void check_failures(const WaitFocus& focus);
+  template <class What>
+  void fail_on_abnormal_end(What&& what);
   [[noreturn]] void throw_timeout(const WaitFocus& focus, Clock::duration waited);
   std::string describe(const WaitFocus& focus) const;
 

@@ -90,18 +90,28 @@ std::string Engine::describe(const WaitFocus& focus) const {
                 ". Raise InitOptions::timeout if the peer is just slow.");
 }
 
-// Throws when the awaited event can no longer happen. Any peer that ended abnormally aborts
-// the whole job (fail-fast, as mpirun and torchrun do), whether this call needs it or not.
-void Engine::check_failures(const WaitFocus& focus) {
+// Any peer that ended abnormally aborts the whole job (fail-fast, as mpirun and torchrun do),
+// whether the caller needs that peer or not. `what` names the caller's wait, for the text.
+template <class What>
+void Engine::fail_on_abnormal_end(What&& what) {
   transport_->check_job();
   for (int p : all_peers_) {
     transport::PeerState st = transport_->peer_state(p);
     if (st.status == transport::PeerStatus::Gone && !st.clean) {
       transport_->report_failure(p);
       transport_->check_job();
-      throw PeerFailure("peer failure: " + st.how + "; " + describe(focus) + " cannot complete");
+      throw PeerFailure("peer failure: " + st.how + "; " + what() + " cannot complete");
     }
   }
+}
+
+void Engine::check_peers(const std::string& waiting_for) {
+  fail_on_abnormal_end([&] { return waiting_for + " on rank " + std::to_string(rank()); });
+}
+
+// Throws when the awaited event can no longer happen.
+void Engine::check_failures(const WaitFocus& focus) {
+  fail_on_abnormal_end([&] { return describe(focus); });
   // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
   // could satisfy, with nothing of its left in the ring, can never complete.
   auto silent = [&](int p) {

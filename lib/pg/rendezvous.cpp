@@ -89,16 +89,20 @@ NamedObject find_or_create(const std::string& name, int rank, int world, std::ui
                                         "' left by a crashed job");
       continue;
     }
+    // Incomplete or invalid (its creator died before finishing it): replaced once nobody
+    // holds its creation lock.
     if (obj.fd >= 0 && remove_if_abandoned(obj.fd, name)) continue;
     if (Clock::now() >= deadline)
       throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
-                       "' on segment '" + name + "' within the timeout");
+                       "' on segment '" + name + "' within the timeout" +
+                       (obj.invalid.empty() ? std::string() : " (" + obj.invalid + ")") +
+                       "; " + kRemedy);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
-// A rank (or the segment's creator) that died before everyone joined, or -2 if none; sets
-// `pid`. Ranks publish their pid right after claiming their slot; 0 means not yet.
+}  // namespace
+
 int dead_participant(const segment::Segment& seg, int self, int& pid) {
   for (int r = 0; r < seg.world_size(); ++r) {
     if (r == self) continue;
@@ -111,8 +115,6 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
   if (pid != getpid() && !process_alive(pid)) return -1;
   return -2;
 }
-
-}  // namespace
 
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,

@@ -19,6 +19,12 @@ std::string pmi_job_id();
 // The segment name for a job identity and world size ("shmdist-<uid>-rv-<hash>").
 std::string rendezvous_name(const std::string& job_id, int world_size);
 
+// A rank of `seg` other than `self` that claimed its slot and died, or -1 if the segment's
+// creator died, or -2 if neither; sets `pid` to the dead process. Ranks publish their pid
+// right after claiming their slot (0: not yet, counts as alive). For the waits until every
+// rank has attached, which no launcher watches.
+int dead_participant(const segment::Segment& seg, int self, int& pid);
+
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
                                                        const std::string& job_id,
                                                        const InitOptions& options,

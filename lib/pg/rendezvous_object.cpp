@@ -36,14 +36,30 @@ struct FileLock {
   bool held = false;
 };
 
-// Complete = at least a header and the magic number written (the creator writes it last,
-// with release; pread goes through the same page cache as the creator's mapping).
-bool is_complete(int fd) {
+// Begun = at least a header and a magic number written. Our creator writes the magic number
+// last (with release; pread goes through the same page cache as the creator's mapping), so a
+// begun object of ours is complete; but a creator of another layout, or one killed while
+// writing, may leave a begun object that is not a valid segment (see is_valid_segment).
+bool is_begun(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || std::size_t(st.st_size) < sizeof(segment::SegmentHeader))
     return false;
   std::uint64_t magic = 0;
   return pread(fd, &magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) && magic != 0;
+}
+
+// A complete segment of this layout, for any world size. The caller holds the object's lock,
+// so no creator of ours is writing it: one that finished stored its magic number last with
+// release, and validate() reads the header with acquire, so a finished layout is seen whole
+// and never taken for an invalid one.
+bool is_valid_segment(int fd) {
+  if (!is_begun(fd)) return false;
+  try {
+    segment::Segment::attach_fd(fd, /*expected_world_size=*/0);
+    return true;
+  } catch (const SetupError&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -115,9 +131,13 @@ NamedObject open_named_object(const std::string& name, int world_size,
   }
   obj.fd = fd;
   segment::require_private_object(fd, path, remedy);  // before reading any of its contents
-  if (!is_complete(fd)) return obj;
-  obj.segment =
-      std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, world_size));
+  if (!is_begun(fd)) return obj;
+  try {
+    obj.segment =
+        std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, world_size));
+  } catch (const SetupError& e) {
+    obj.invalid = "'" + path + "': " + e.what();  // the caller decides: replace or refuse
+  }
   return obj;
 }
 
@@ -129,10 +149,10 @@ bool still_named(int fd, const std::string& name) {
 
 bool remove_if_abandoned(int fd, const std::string& name) {
   FileLock lock(fd, /*wait=*/false);
-  if (!lock.held || is_complete(fd) || !still_named(fd, name)) return false;
+  if (!lock.held || is_valid_segment(fd) || !still_named(fd, name)) return false;
   std::fprintf(stderr,
-               "shmdist: replacing the incomplete segment '%s' (its creator died while "
-               "creating it)\n",
+               "shmdist: replacing the incomplete segment '%s' (its creator died before it "
+               "was a complete segment of this version, and nobody is creating it)\n",
                name.c_str());
   return shm_unlink(name.c_str()) == 0;
 }

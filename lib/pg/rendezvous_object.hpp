@@ -4,8 +4,10 @@
 //
 // Incomplete objects: the creator takes an exclusive flock on the object right after
 // creating it (O_EXCL) and keeps it until the layout is complete (magic number written), so
-// an incomplete object whose lock nobody holds was abandoned: its creator died while sizing
-// it, or it was planted. The kernel drops the lock of a dead process. A creator that loses
+// an object that is not a complete, valid segment and whose lock nobody holds was abandoned:
+// its creator died while sizing or writing it (whatever it got to write: nothing, part of a
+// header, a header of another layout), or it was planted. The kernel drops the lock of a
+// dead process. A creator that loses
 // the race in the instant between creating and locking finds its name gone (or pointing
 // elsewhere) once it is done, and starts over.
 //
@@ -35,7 +37,8 @@ struct NamedObject {
   ~NamedObject();
 
   int fd = -1;                                // -1: no object
-  std::shared_ptr<segment::Segment> segment;  // null while incomplete
+  std::shared_ptr<segment::Segment> segment;  // null while incomplete or invalid
+  std::string invalid;  // why a begun object (magic number written) is not a valid segment
 };
 
 // "/dev/shm/NAME", as errors name the object.
@@ -50,15 +53,17 @@ NamedObject create_named_object(const std::string& name, int world_size,
 
 // Opens `name` if it exists. Throws SetupError (via segment::require_private_object) if it
 // is not owned by this user or is open to group/others; such an object is never touched.
-// A complete object is mapped and validated against `world_size`.
+// A begun object (header and magic number written) is mapped and validated against
+// `world_size`; if that fails, `invalid` says why and `segment` stays null.
 NamedObject open_named_object(const std::string& name, int world_size,
                               const std::string& remedy);
 
 // Whether `name` still refers to the object behind `fd`.
 bool still_named(int fd, const std::string& name);
 
-// Removes an incomplete object nobody is creating any more (see above): returns true if it
-// removed the name, false if its creator still holds the lock or it became complete.
+// Removes an incomplete or invalid object nobody is creating any more (see above): returns
+// true if it removed the name, false if its creator still holds the lock or it is a valid
+// segment.
 bool remove_if_abandoned(int fd, const std::string& name);
 
 // The one path that removes a rendezvous name: under the object's lock, and only if the

@@ -29,6 +29,12 @@ struct KeyValueStore {
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store);
 
+// For a runtime's own wait that needs every rank of `pg`'s job (torch's store-based barrier,
+// which knows nothing of processes): throws PeerFailure naming the rank if one ended
+// abnormally, as a blocked shmdist call would; `waiting_for` names that wait in the text.
+// Never blocks: call it from the wait's own loop.
+void check_peers(const ProcessGroup& pg, const std::string& waiting_for);
+
 // Ids of groups a runtime chooses start here; below are new_group's (1, 2, ... in creation
 // order, checked by the engine's group agreement, which does not see these).
 inline constexpr std::uint32_t kFirstRuntimeGroupId = 1u << 29;

@@ -20,6 +20,7 @@
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "pg/runtime_hooks.hpp"
+#include "segment/job_state.hpp"
 
 namespace shmdist::detail {
 namespace {
@@ -90,6 +91,8 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
   for (;;) {
     const Announcement a = Announcement::parse(store.get(kSegmentKey));
     NamedObject obj = open_named_object(a.name, world, kRemedy);  // ours and private, or throws
+    if (!obj.invalid.empty())  // rank 0 completes its segment before announcing it
+      throw SetupError("cannot join the segment announced through the store: " + obj.invalid);
     const std::string why = why_not_joinable(obj, a, rank);
     if (why.empty()) {
       name = a.name;
@@ -108,9 +111,9 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
   }
 }
 
-// Waits until every rank has attached. Throws if the deadline passes or the creator dies
-// first (the job cannot start then).
-void await_all_attached(const segment::Segment& seg, int rank, int world,
+// Waits until every rank has attached. Throws if the deadline passes or a rank that attached
+// (or rank 0, the creator) dies first: the job cannot start then, and no launcher would say.
+void await_all_attached(segment::Segment& seg, int rank, int world,
                         std::chrono::milliseconds timeout, Clock::time_point deadline) {
   auto& attached = seg.header().attached;
   auto next_check = Clock::now();
@@ -118,11 +121,18 @@ void await_all_attached(const segment::Segment& seg, int rank, int world,
     const auto now = Clock::now();
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
-      const auto creator = static_cast<pid_t>(seg.header().creator_pid);
-      if (rank != 0 && !process_alive(creator))
-        throw PeerFailure("rank 0 (pid " + std::to_string(creator) +
-                          ") died while the ranks attached to its segment; the job cannot "
-                          "start. Start all its ranks again.");
+      int pid = 0;
+      const int dead = dead_participant(seg, rank, pid);
+      // A rank that ended once everyone had attached is the transport's business, not ours.
+      const auto joined = attached.load(std::memory_order_acquire);
+      if (dead != -2 && joined < static_cast<std::uint32_t>(world)) {
+        if (dead >= 0) segment::record_job_failure(seg, dead, segment::EndKind::Vanished, 0);
+        throw PeerFailure("rank " + std::to_string(dead >= 0 ? dead : 0) + " (pid " +
+                          std::to_string(pid) + ") died while the ranks attached to the job's "
+                          "segment, when " + std::to_string(joined) + " of " +
+                          std::to_string(world) + " ranks had attached; the job cannot start. "
+                          "Start all its ranks again.");
+      }
     }
     if (now >= deadline)
       throw SetupError("rank " + std::to_string(rank) + ": only " +
@@ -188,6 +198,10 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
   await_all_attached(*obj.segment, rank, world, timeout, deadline);
   obj.segment->close_fd();
   return ProcessGroupAccess::make(std::move(impl));
+}
+
+void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {
+  ProcessGroupAccess::impl(pg).engine->check_peers(waiting_for);
 }
 
 Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id) {

@@ -12,6 +12,9 @@ dist.monitored_barrier (which torch 1.13 refuses in Python for every backend but
 through to "shm" groups.
 """
 
+import time as _time
+from datetime import timedelta as _timedelta
+
 import torch
 import torch.distributed as _dist
 
@@ -84,6 +87,83 @@ def _allow_monitored_barrier_on_shm():
 
 
 _allow_monitored_barrier_on_shm()
+
+
+class _PeerWatchingStore:
+    """A store for torch's store-based barrier: before each of its polls (add, wait), checks
+    the ranks of the world job on "shm" and raises PeerFailure naming one that died. Every
+    other attribute is the store's own."""
+
+    _SLICE_S = 0.1  # a wait is cut into slices this long, with a check before each
+
+    def __init__(self, store, waiting_for):
+        self._store = store
+        self._waiting_for = waiting_for
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def _check(self):
+        _C._check_world_peers(self._waiting_for)
+
+    def _store_failed(self):
+        """The store itself failed. Rank 0 hosts torch's TCPStore: when it dies, this says
+        "Connection reset by peer" a moment before its process is seen gone. Names it if it
+        is (PeerFailure); the caller re-raises the store's error otherwise."""
+        until = _time.monotonic() + 0.5
+        while _time.monotonic() < until:
+            self._check()
+            _time.sleep(0.01)
+
+    def add(self, key, value):
+        self._check()
+        try:
+            return self._store.add(key, value)
+        except RuntimeError:
+            self._store_failed()
+            raise
+
+    def wait(self, keys, timeout=None):
+        # torch 2.1 and later wait on the store in slices of 10 s or more; a slice of ours
+        # never goes below 1 ms, which a store would take for "no timeout".
+        total = (self._store.timeout if timeout is None else timeout).total_seconds()
+        deadline = _time.monotonic() + total if total > 0 else float("inf")
+        while True:
+            self._check()
+            began = _time.monotonic()
+            piece = max(0.001, min(self._SLICE_S, deadline - began))
+            try:
+                return self._store.wait(keys, _timedelta(seconds=piece))
+            except RuntimeError:
+                if _time.monotonic() >= deadline:
+                    raise
+                if _time.monotonic() - began < piece / 2:  # not its timeout: the store failed
+                    self._store_failed()
+                    raise
+
+
+def _watch_peers_in_store_based_barrier():
+    """torch's init_process_group and new_group end with a barrier on the store (torch 1.13
+    and 2.0 always, later ones when TORCH_DIST_INIT_BARRIER=1), which knows nothing of
+    processes: a rank that died after it joined the job kept the others there until the init
+    timeout, with an error that names no rank. Each rank polls the store in that barrier; the
+    store handed to it checks the job's ranks first, so the survivors raise PeerFailure naming
+    the dead rank within a health-check interval (SHMDIST_HEALTH_CHECK_MS)."""
+    from torch.distributed import distributed_c10d as c10d
+    original = getattr(c10d, "_store_based_barrier", None)
+    if original is None or getattr(original, "_shmdist", False):
+        return
+
+    def _store_based_barrier(rank, store, *args, **kwargs):
+        waiting_for = "torch's store-based barrier at the end of init_process_group or new_group"
+        return original(rank, _PeerWatchingStore(store, waiting_for), *args, **kwargs)
+
+    _store_based_barrier._shmdist = True
+    _store_based_barrier.__doc__ = original.__doc__
+    c10d._store_based_barrier = _store_based_barrier
+
+
+_watch_peers_in_store_based_barrier()
 
 ProcessGroupShm = _C.ProcessGroupShm
 Error = _C.Error

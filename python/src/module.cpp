@@ -104,6 +104,18 @@ c10::intrusive_ptr<BackendBase> create_process_group(
                                               /*owns_job=*/false);
 }
 
+// torch's store-based barrier (shmdist/torch.py) calls this at every poll of the store: a
+// rank of the world job that ended abnormally raises PeerFailure naming it. A Python thread
+// that is inside a call on the job holds its mutex and checks the peers itself; then (and
+// when there is no world job on "shm") there is nothing to do here.
+void check_world_peers(const std::string& waiting_for) {
+  std::shared_ptr<Job> world = g_world_job.lock();
+  if (!world) return;
+  std::unique_lock lock(world->mutex, std::try_to_lock);
+  if (lock.owns_lock() && world->pg.is_initialized())
+    detail::check_peers(world->pg, waiting_for);
+}
+
 }  // namespace
 }  // namespace shmdist::torch_backend
 
@@ -138,6 +150,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("pattern"), py::arg("tensor"), py::arg("peer"), py::arg("iterations"),
         py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>());
   m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
+  m.def("_check_world_peers", &torch_backend::check_world_peers, py::arg("waiting_for"),
+        py::call_guard<py::gil_scoped_release>(),
+        "raises PeerFailure if a rank of the world job on 'shm' ended abnormally");
   // The floor for bench/torch/overhead.py: the creator of a backend that moves nothing (its
   // send, recv and barrier return completed Work), registered there as "shmdist_null".
   py::class_<torch_backend::ProcessGroupNull, torch_backend::BackendBase,

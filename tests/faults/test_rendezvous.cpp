@@ -10,11 +10,14 @@
 
 #include <boost/test/unit_test.hpp>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "launcher/shmrun_helpers.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
+#include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "support/shm_check.hpp"
 
@@ -166,6 +169,63 @@ BOOST_AUTO_TEST_CASE(a_half_created_object_does_not_block_the_job) {
   BOOST_TEST(!object_exists(name));
 }
 
+// Writes the first `bytes` of a segment header that a creator had begun to write (magic
+// number first, then the layout version), as a creator killed mid-write, or one of another
+// layout, leaves it.
+void write_header_prefix(const std::string& name, std::size_t bytes) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  shmdist::segment::SegmentHeader h {};
+  h.magic = shmdist::segment::kMagic;
+  h.layout_version = shmdist::segment::kLayoutVersion;
+  BOOST_REQUIRE(pwrite(fd, &h, bytes, 0) == static_cast<ssize_t>(bytes));
+  close(fd);
+}
+
+// The issue's second promise: an object under the name that this user created (O_EXCL, 0600)
+// and whose creator died before the layout was complete is replaced, whatever it holds: no
+// bytes at all, part of a header (the magic number already written), or a whole header
+// without the rest of the layout. Nobody holds its creation lock, so nobody is creating it.
+// (Objects with a magic number used to be taken for complete, refused as "not valid" and
+// left in place, so that the job identity could never start again.)
+BOOST_AUTO_TEST_CASE(a_half_created_object_of_any_size_is_replaced) {
+  struct Plant {
+    const char* what;
+    off_t size;
+    std::size_t header_bytes;  // how much of a header was written (0: none)
+  };
+  const Plant plants[] = {
+      {"an empty object", 0, 0},
+      {"the magic number of a header cut short", 16, 8},
+      {"a header without the rest of the layout", sizeof(shmdist::segment::SegmentHeader),
+       16},
+      {"a header on a zero-filled object of the wrong size", 65536, 16},
+  };
+  int salt = 20;
+  for (const Plant& p : plants) {
+    BOOST_TEST_CONTEXT(p.what) {
+      const int port = rendezvous_port(salt++);
+      const std::string name = object_name(port, 2);
+      plant(name, 0600, p.size);
+      if (p.header_bytes) write_header_prefix(name, p.header_bytes);
+      Ranks ranks;
+      ranks.start(0, 2, port);
+      ranks.start(1, 2, port);
+      std::string err;
+      for (const CommandResult& r : ranks.finish()) {
+        BOOST_TEST_INFO(r.out << r.err);
+        BOOST_TEST(!r.timed_out);
+        BOOST_TEST(r.exit_code == 0);
+        BOOST_TEST(contains(r.out, "DONE"));
+        err += r.err;
+      }
+      BOOST_TEST(contains(err, "replacing the incomplete segment '" + name + "'"), err);
+      BOOST_TEST(!object_exists(name));
+      shm_unlink(name.c_str());  // in case it was refused: leave nothing behind
+    }
+  }
+}
+
 // Issue 11, bug 4: ranks 0 and 1 of a 3-rank job have joined; one is SIGKILLed. The survivor
 // gets PeerFailure naming it (no waiting out the init timeout), and the name is removed.
 BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once) {
@@ -198,6 +258,49 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once
       BOOST_TEST(contains(f["what"], "died during the rendezvous, when 2 of 3 ranks had joined"));
       BOOST_TEST(!object_exists(name));
       ranks.procs[victim]->finish(10s);
+    }
+  }
+}
+
+// The torch backend's join (rank 0 creates a segment and announces it through the store):
+// ranks 0 and 1 of a 3-rank job have attached, rank 2 is not there yet; one of them is
+// SIGKILLed. The survivor gets PeerFailure naming it at once, not SetupError after the join
+// timeout, and the name is removed. (Only the death of rank 0 used to be noticed.)
+BOOST_AUTO_TEST_CASE(a_rank_dying_while_ranks_attach_through_a_store_fails_the_others_at_once) {
+  for (const int victim : {0, 1}) {
+    BOOST_TEST_CONTEXT("victim " << victim) {
+      char dir_template[] = "/tmp/shmdist-store-XXXXXX";
+      const std::string dir = mkdtemp(dir_template);
+      std::vector<std::unique_ptr<LiveCommand>> ranks;
+      for (int r = 0; r < 2; ++r) {
+        CommandOptions o = clean_options(60s);
+        o.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}};
+        ranks.push_back(std::make_unique<LiveCommand>(
+            std::vector<std::string>{program("fault_rank"), "store_join", dir}, o));
+      }
+      std::string name;  // from rank 0's announcement: "<name> <job key> <pid>"
+      shmdist::segment::Segment seen;
+      BOOST_REQUIRE(ranks[0]->wait_until(
+          [&] {
+            if (name.empty()) std::ifstream(dir + "/shmdist_segment") >> name;
+            if (!name.empty() && !seen.valid())
+              seen = shmdist::segment::Segment::attach_name(name, 3);
+            return seen.valid() && seen.header().attached.load() == 2;
+          },
+          30s));
+      seen = {};
+      const pid_t victim_pid = ranks[victim]->pid();
+      ranks[victim]->signal(SIGKILL);
+      const CommandResult survivor = ranks[1 - victim]->finish(60s);
+      auto f = error_fields(survivor);
+      BOOST_TEST(f["type"] == "PeerFailure");
+      BOOST_TEST(contains(f["what"], "rank " + std::to_string(victim) + " (pid " +
+                                         std::to_string(victim_pid) + ") died while the ranks "
+                                         "attached"));
+      BOOST_TEST(!object_exists(name));
+      ranks[victim]->finish(10s);
+      shm_unlink(name.c_str());  // in case it stayed: leave nothing behind
+      std::filesystem::remove_all(dir);
     }
   }
 }

@@ -13,6 +13,9 @@
 //                                  process-group timeout of MS: Timeout is expected (TIMEOUT
 //                                  line); then it tells rank 1 to finish and exits 0.
 //   fault_rank join                joins, barrier, destroys: for environment tests.
+//   fault_rank store_join DIR      the same, joining as the torch backend does (rank 0 creates
+//                                  and announces through a key-value store): here a store of
+//                                  files in DIR, one per key (the key's '/' become '_').
 //
 // Every rank first prints "READY rank=R pid=P world=W" once it has joined.
 #include <sys/resource.h>
@@ -21,9 +24,14 @@
 #include <string>
 #include <thread>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "job/diagnosis.hpp"
 #include "pg/default_group.hpp"
 #include "pg/impl.hpp"
+#include "pg/runtime_hooks.hpp"
 #include "report.hpp"
 
 namespace dist = shmdist;
@@ -152,6 +160,48 @@ int join() {
   return 0;
 }
 
+// A key-value store of files: set writes a temporary file and renames it (readers never see
+// half a value); get polls for the file, up to 60 s.
+shmdist::detail::KeyValueStore file_store(const std::string& dir) {
+  auto path = [dir](std::string key) {
+    for (char& c : key)
+      if (c == '/') c = '_';
+    return dir + "/" + key;
+  };
+  shmdist::detail::KeyValueStore store;
+  store.set = [path](const std::string& key, const std::string& value) {
+    const std::string tmp = path(key) + ".tmp." + std::to_string(getpid());
+    std::ofstream(tmp) << value;
+    std::filesystem::rename(tmp, path(key));
+  };
+  store.get = [path](const std::string& key) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      std::ifstream in(path(key));
+      if (in) {
+        std::ostringstream text;
+        text << in.rdbuf();
+        return text.str();
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw dist::Timeout("the file store has no key '" + key + "' after 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  return store;
+}
+
+int store_join(const std::string& dir) {
+  const int rank = env_int("RANK", -1);
+  dist::ProcessGroup pg = shmdist::detail::join_through_store(
+      rank, env_int("WORLD_SIZE", -1), std::chrono::seconds(60), file_store(dir));
+  emit("READY rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()));
+  pg.barrier();
+  pg.destroy();
+  emit("DONE rank=" + std::to_string(rank));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,7 +211,9 @@ int main(int argc, char** argv) {
     if (mode == "hang") return hang();
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
-    emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join");
+    if (mode == "store_join" && argc == 3) return store_join(argv[2]);
+    emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join | "
+             "store_join DIR");
     return 2;
   });
 }

@@ -94,6 +94,24 @@ def test_rank_death_without_a_launcher_raises_peer_failure():
     check_death(results[0].stdout)
 
 
+@pytest.mark.parametrize("victim", [0, 1])  # rank 0 also hosts torch's store
+def test_rank_death_inside_init_process_group_raises_peer_failure(victim):
+    """The issue's first promise under env://: a rank killed after it joined the shm job but
+    before torch's store-based barrier ended init_process_group used to keep the survivor in
+    that barrier until the init timeout ("Timed out initializing process group in store based
+    barrier", naming no rank). Now the survivor raises PeerFailure naming it, far sooner."""
+    results = env_ranks(2, WORKERS / "death_in_init.py", str(victim), timeout=120,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    survivor = results[1 - victim]
+    assert results[victim].returncode == -signal.SIGKILL, results[victim]
+    caught = [line for line in survivor.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert caught, survivor
+    assert caught[0].startswith("CAUGHT PeerFailure"), caught[0]
+    assert f"rank {victim} (pid " in caught[0], caught[0]
+    seconds = float(caught[0].split(" after ")[1].split("s:")[0])
+    assert seconds < 10, caught[0]  # the issue's 10 s; the promise is 1 s, the timeout 60 s
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
