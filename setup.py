@@ -7,8 +7,8 @@ build environment hides the environment's own packages (through PYTHONPATH and a
 sitecustomize), so CMake and its probe of torch run with PYTHONPATH removed: they see the
 environment the package goes into, and so the torch it will run with.
 
-Missing Debian packages (compiler, CMake, Boost, CLI11) are installed first by
-scripts/install-deps, which does nothing when they are present.
+On Debian, missing packages (compiler, CMake, Boost, CLI11) are installed first by
+scripts/install-deps, which does nothing when they are present; elsewhere they must be there.
 """
 
 import os
@@ -48,7 +48,7 @@ class CMakeBuild(build_ext):
         print(f"shmdist: building against torch {probe.stdout.strip()} of {sys.executable}",
               flush=True)
         deps = ROOT / "scripts" / "install-deps"
-        if deps.exists():
+        if deps.exists() and shutil.which("dpkg-query"):  # Debian: install what is missing
             subprocess.run([str(deps)], check=True, env=env)
         build = pathlib.Path(self.build_temp).resolve() / "cmake"
         build.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,18 @@ bool is_begun(int fd) {
   return pread(fd, &magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) && magic != 0;
 }
 
+// The layout version of a begun object made by another version of shmdist (its magic
+// number and a layout version other than ours), or 0. Such an object may be a live job's
+// complete segment, whose creation lock is long released: it is refused, never replaced.
+std::uint32_t other_layout_version(int fd) {
+  if (!is_begun(fd)) return 0;
+  segment::SegmentHeader h{};
+  if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != segment::kMagic)
+    return 0;
+  return h.layout_version != 0 && h.layout_version != segment::kLayoutVersion ? h.layout_version
+                                                                              : 0;
+}
+
 // A complete segment of this layout, for any world size. The caller holds the object's lock,
 // so no creator of ours is writing it: one that finished stored its magic number last with
 // release, and validate() reads the header with acquire, so a finished layout is seen whole
@@ -70,6 +82,7 @@ NamedObject& NamedObject::operator=(NamedObject&& o) noexcept {
     if (fd >= 0) ::close(fd);
     fd = std::exchange(o.fd, -1);
     segment = std::move(o.segment);
+    invalid = std::move(o.invalid);
   }
   return *this;
 }
@@ -136,6 +149,7 @@ NamedObject open_named_object(const std::string& name, int world_size,
     obj.segment =
         std::make_shared<segment::Segment>(segment::Segment::attach_fd(fd, world_size));
   } catch (const SetupError& e) {
+    if (other_layout_version(fd) != 0) throw;  // another shmdist's segment: refused at once
     obj.invalid = "'" + path + "': " + e.what();  // the caller decides: replace or refuse
   }
   return obj;
@@ -149,7 +163,9 @@ bool still_named(int fd, const std::string& name) {
 
 bool remove_if_abandoned(int fd, const std::string& name) {
   FileLock lock(fd, /*wait=*/false);
-  if (!lock.held || is_valid_segment(fd) || !still_named(fd, name)) return false;
+  if (!lock.held || is_valid_segment(fd) || other_layout_version(fd) != 0 ||
+      !still_named(fd, name))
+    return false;
   std::fprintf(stderr,
                "shmdist: replacing the incomplete segment '%s' (its creator died before it "
                "was a complete segment of this version, and nobody is creating it)\n",

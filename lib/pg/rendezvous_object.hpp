@@ -54,7 +54,9 @@ NamedObject create_named_object(const std::string& name, int world_size,
 // Opens `name` if it exists. Throws SetupError (via segment::require_private_object) if it
 // is not owned by this user or is open to group/others; such an object is never touched.
 // A begun object (header and magic number written) is mapped and validated against
-// `world_size`; if that fails, `invalid` says why and `segment` stays null.
+// `world_size`; if that fails, `invalid` says why and `segment` stays null, except for a
+// segment of another layout version (another shmdist's job, maybe live), which throws
+// SetupError as it always did: such an object is never replaced.
 NamedObject open_named_object(const std::string& name, int world_size,
                               const std::string& remedy);
 

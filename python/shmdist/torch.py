@@ -89,6 +89,18 @@ def _allow_monitored_barrier_on_shm():
 _allow_monitored_barrier_on_shm()
 
 
+def _store_failure_window():
+    """Seconds to look for a dead rank after the store failed: 0.5, or two of the job's
+    health-check intervals (SHMDIST_HEALTH_CHECK_MS, how often peers' processes are polled)
+    if that is longer. (A malformed value is the C++ side's to refuse, at init.)"""
+    import os
+    try:
+        interval_ms = float(os.environ.get("SHMDIST_HEALTH_CHECK_MS", "100"))
+    except ValueError:
+        interval_ms = 100.0
+    return max(0.5, 2 * interval_ms / 1000)
+
+
 class _PeerWatchingStore:
     """A store for torch's store-based barrier: before each of its polls (add, wait), checks
     the ranks of the world job on "shm" and raises PeerFailure naming one that died. Every
@@ -110,7 +122,7 @@ class _PeerWatchingStore:
         """The store itself failed. Rank 0 hosts torch's TCPStore: when it dies, this says
         "Connection reset by peer" a moment before its process is seen gone. Names it if it
         is (PeerFailure); the caller re-raises the store's error otherwise."""
-        until = _time.monotonic() + 0.5
+        until = _time.monotonic() + _store_failure_window()
         while _time.monotonic() < until:
             self._check()
             _time.sleep(0.01)
@@ -156,6 +168,8 @@ def _watch_peers_in_store_based_barrier():
 
     def _store_based_barrier(rank, store, *args, **kwargs):
         waiting_for = "torch's store-based barrier at the end of init_process_group or new_group"
+        if not _C._check_world_peers(waiting_for):  # no job on "shm" here: nothing to watch
+            return original(rank, store, *args, **kwargs)
         return original(rank, _PeerWatchingStore(store, waiting_for), *args, **kwargs)
 
     _store_based_barrier._shmdist = True

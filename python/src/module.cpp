@@ -2,6 +2,8 @@
 // shmdist/torch.py), and shmdist's exceptions as Python exceptions (subclasses of
 // RuntimeError, which is what torch's code and its users catch).
 
+#include <mutex>
+
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -23,7 +25,15 @@ namespace shmdist::torch_backend {
 namespace {
 
 // The job of this process's torch world on "shm", which new_group sub-groups map onto.
+// Read and written with the GIL released (creating a group, torch's store-based barrier):
+// g_world_job_mutex orders those accesses, so a reader sees a whole weak_ptr.
 std::weak_ptr<Job> g_world_job;
+std::mutex g_world_job_mutex;
+
+std::shared_ptr<Job> world_job() {
+  std::lock_guard lock(g_world_job_mutex);
+  return g_world_job.lock();
+}
 
 // Group ids for sub-groups: torch names groups "1", "2", ... in creation order, the same on
 // every rank (non-members count too), so the name gives an id all members agree on, counted
@@ -75,7 +85,10 @@ c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>
       detail::join_through_store(rank, size, timeout, key_value_store(store)));
   std::vector<int> members = iota(size);
   Group control = detail::group_with_id(job->pg, members, kIdBase | kControlBit);
-  if (is_world) g_world_job = job;
+  if (is_world) {
+    std::lock_guard lock(g_world_job_mutex);
+    g_world_job = job;
+  }
   return c10::make_intrusive<ProcessGroupShm>(job, store, rank, std::move(members), Group{},
                                               std::move(control), timeout, /*owns_job=*/true);
 }
@@ -88,7 +101,7 @@ c10::intrusive_ptr<BackendBase> create_process_group(
   TORCH_CHECK(static_cast<int>(global_ranks_in_group.size()) == size && rank >= 0 && rank < size,
               "shm backend: group rank ", rank, " of ", size, " ranks but ",
               global_ranks_in_group.size(), " global ranks were given");
-  std::shared_ptr<Job> world = g_world_job.lock();
+  std::shared_ptr<Job> world = world_job();
   if (!world || !world->pg.is_initialized()) return create_job(store, rank, size, timeout, false);
   std::vector<int> members(global_ranks_in_group.begin(), global_ranks_in_group.end());
   std::lock_guard lock(world->mutex);
@@ -108,12 +121,15 @@ c10::intrusive_ptr<BackendBase> create_process_group(
 // rank of the world job that ended abnormally raises PeerFailure naming it. A Python thread
 // that is inside a call on the job holds its mutex and checks the peers itself; then (and
 // when there is no world job on "shm") there is nothing to do here.
-void check_world_peers(const std::string& waiting_for) {
-  std::shared_ptr<Job> world = g_world_job.lock();
-  if (!world) return;
+// Returns whether this process has a world job on "shm" (false: nothing to watch).
+bool check_world_peers(const std::string& waiting_for) {
+  std::shared_ptr<Job> world = world_job();
+  if (!world) return false;
   std::unique_lock lock(world->mutex, std::try_to_lock);
-  if (lock.owns_lock() && world->pg.is_initialized())
-    detail::check_peers(world->pg, waiting_for);
+  if (!lock.owns_lock()) return true;  // a call on the job is under way and checks itself
+  if (!world->pg.is_initialized()) return false;
+  detail::check_peers(world->pg, waiting_for);
+  return true;
 }
 
 }  // namespace
@@ -152,7 +168,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
   m.def("_check_world_peers", &torch_backend::check_world_peers, py::arg("waiting_for"),
         py::call_guard<py::gil_scoped_release>(),
-        "raises PeerFailure if a rank of the world job on 'shm' ended abnormally");
+        "raises PeerFailure if a rank of the world job on 'shm' ended abnormally; returns "
+        "whether this process has a world job on 'shm'");
   // The floor for bench/torch/overhead.py: the creator of a backend that moves nothing (its
   // send, recv and barrier return completed Work), registered there as "shmdist_null".
   py::class_<torch_backend::ProcessGroupNull, torch_backend::BackendBase,

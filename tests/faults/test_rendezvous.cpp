@@ -208,6 +208,34 @@ BOOST_AUTO_TEST_CASE(a_half_created_object_of_any_size_is_replaced) {
   }
 }
 
+// A segment made by another version of shmdist (its magic number and another layout
+// version) may be a live job's complete segment, whose creation lock is long released: it is
+// refused at once, naming the version, and left in place; never replaced.
+BOOST_AUTO_TEST_CASE(a_segment_of_another_layout_version_is_refused_not_replaced) {
+  const int port = rendezvous_port(30);
+  const std::string name = object_name(port, 2);
+  plant(name, 0600, 65536);
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  shmdist::segment::SegmentHeader h{};
+  h.magic = shmdist::segment::kMagic;
+  h.layout_version = shmdist::segment::kLayoutVersion + 1;
+  BOOST_REQUIRE(pwrite(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+  close(fd);
+  Ranks ranks;
+  ranks.start(0, 2, port);
+  ranks.start(1, 2, port);
+  for (const CommandResult& r : ranks.finish()) {
+    auto f = error_fields(r);
+    BOOST_TEST(f["type"] == "SetupError");
+    BOOST_TEST(contains(f["what"], std::to_string(shmdist::segment::kLayoutVersion + 1)),
+               f["what"]);
+    BOOST_TEST(!contains(r.err, "replacing"), r.err);
+  }
+  BOOST_TEST(object_exists(name));
+  shm_unlink(name.c_str());
+}
+
 // Issue 11, bug 4: ranks 0 and 1 of a 3-rank job have joined; one is SIGKILLed. The survivor
 // gets PeerFailure naming it (no waiting out the init timeout), and the name is removed.
 BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once) {
