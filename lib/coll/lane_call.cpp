@@ -107,8 +107,12 @@ void LaneCall::check_agreement() {
   judge(*ctx_, calls);
 }
 
+// Waiting: the peers behind in this call's round. Queued: the call waits for the lane's
+// earlier calls, so for the peers those wait for (the lane's round is theirs); among them a
+// peer that failed an earlier call by finalizing, whose turn on the lane never ends, so that
+// this call too fails with PeerFailure naming it instead of waiting out its timeout.
 void LaneCall::awaited(std::vector<int>& out) const {
-  if (phase_ == Phase::Waiting) lane_->awaited(out);
+  if (phase_ == Phase::Waiting || phase_ == Phase::Queued) lane_->awaited(out);
 }
 
 }  // namespace shmdist::coll

@@ -95,6 +95,31 @@ BOOST_AUTO_TEST_CASE(a_member_dying_mid_collective_gives_peer_failure) {
   }
 }
 
+// A member that finalized takes part in no collective any more: every later call of the
+// others fails with PeerFailure naming it, not only the first. (Before: the first call's
+// turn on the collective lane was never ended, so the second waited in the queue behind it
+// for the whole timeout and then reported "no member is missing, yet it has not arrived".)
+BOOST_AUTO_TEST_CASE(every_collective_after_a_member_finalized_gives_peer_failure) {
+  for (auto mode : all_modes()) {
+    JobOptions o = p2p::job_options(mode);
+    o.timeout = 20s;  // a call that waits this long has missed the promise
+    o.job_timeout = 60s;
+    expect_job_ok(2, [](dist::ProcessGroup& pg) {
+      Tensor t = dist::ones({4});
+      pg.all_reduce(t);
+      if (pg.get_rank() == 0) {
+        pg.destroy();
+        return;
+      }
+      for (int call = 1; call <= 3; ++call)
+        p2p::require_throws<dist::PeerFailure>([&] { pg.all_reduce(t); },
+                                               {"rank 0 has finalized"},
+                                               "all_reduce #" + std::to_string(call) +
+                                                   " after rank 0 finalized");
+    }, o);
+  }
+}
+
 // 8 ranks on 2 cores: every collective, async ones in flight, results checked.
 BOOST_AUTO_TEST_CASE(eight_ranks_oversubscribed) {
   expect_job_ok(8, [](dist::ProcessGroup& pg) {
