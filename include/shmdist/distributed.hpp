@@ -67,6 +67,7 @@ class Work {
 
  private:
   friend class ProcessGroup;
+  friend struct detail::ProcessGroupAccess;
   explicit Work(std::shared_ptr<detail::Operation> op) : op_(std::move(op)) {}
   std::shared_ptr<detail::Operation> op_;
 };

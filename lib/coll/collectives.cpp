@@ -262,6 +262,12 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
   return finish(sch, b.ok() ? tensor.nbytes() : 0);
 }
 
+Completion reject(const CallSetup& s, Kind kind, const std::string& why) {
+  Builder b(s, kind);
+  b.fail(why);
+  return finish(b.make(), 0);
+}
+
 Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   Builder b(s, Kind::AllReduce);
   if (b.tensor(tensor, "tensor")) {

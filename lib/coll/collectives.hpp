@@ -16,6 +16,11 @@ namespace shmdist::coll {
 using Completion = std::shared_ptr<detail::Operation>;
 
 // `root` arguments are global ranks, as in the public API.
+// A call of `kind` whose arguments this member's runtime rejected before shmdist saw them
+// (torch: a dtype or layout shmdist does not carry): it takes part in the members' agreement
+// as rejected, so the others' calls fail at once naming this member, this one fails with
+// InvalidArgument(call name + ": " + why), and nothing moves. Keeps the group's count alike.
+Completion reject(const CallSetup& s, Kind kind, const std::string& why);
 Completion broadcast(const CallSetup& s, Tensor& tensor, int root);
 Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op);
 Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op);

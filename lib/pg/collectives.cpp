@@ -3,6 +3,7 @@
 
 #include "coll/collectives.hpp"
 #include "pg/impl.hpp"
+#include "pg/runtime_hooks.hpp"
 
 namespace shmdist {
 namespace {
@@ -92,4 +93,24 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
 
 
 
+namespace detail {
+
+Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& call,
+                       const std::string& why) {
+  using coll::Kind;
+  for (Kind kind : {Kind::Broadcast, Kind::AllReduce, Kind::Reduce, Kind::AllGather,
+                    Kind::AllGatherIntoTensor, Kind::Gather, Kind::Scatter, Kind::ReduceScatter,
+                    Kind::ReduceScatterTensor, Kind::AllToAll, Kind::AllToAllSingle}) {
+    if (call != coll::kind_name(kind)) continue;
+    ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
+    return ProcessGroupAccess::make_work(
+        coll::reject(setup(s, group, call.c_str(), /*blocking=*/false), kind, why));
+  }
+  throw InvalidArgument("reject_collective: '" + call + "' is not a collective shmdist knows "
+                        "(expected all_reduce, broadcast, reduce, all_gather, "
+                        "all_gather_into_tensor, gather, scatter, reduce_scatter, "
+                        "reduce_scatter_tensor, all_to_all or all_to_all_single)");
+}
+
+}  // namespace detail
 }  // namespace shmdist

@@ -66,6 +66,7 @@ struct ProcessGroupAccess {
   }
   static ProcessGroup::Impl& impl(const ProcessGroup& pg) { return pg.impl(); }
   static Group make_group(std::shared_ptr<const GroupInfo> info) { return Group(std::move(info)); }
+  static Work make_work(std::shared_ptr<Operation> op) { return Work(std::move(op)); }
 };
 
 // The group `g` names for `call`, checked to be this process group's and to contain this rank

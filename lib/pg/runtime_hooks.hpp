@@ -35,6 +35,14 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
 // Never blocks: call it from the wait's own loop.
 void check_peers(const ProcessGroup& pg, const std::string& waiting_for);
 
+// A collective `call` (a name as shmdist spells it: "all_reduce", "broadcast", ...) on
+// `group` whose arguments the runtime rejected itself, with `why`: posted without blocking,
+// it makes the other members' matching calls fail at once naming this member (instead of
+// waiting for a call that never comes), and its Work fails with InvalidArgument saying
+// `why`. Throws InvalidArgument for an unknown `call`.
+Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& call,
+                       const std::string& why);
+
 // Ids of groups a runtime chooses start here; below are new_group's (1, 2, ... in creation
 // order, checked by the engine's group agreement, which does not see these).
 inline constexpr std::uint32_t kFirstRuntimeGroupId = 1u << 29;

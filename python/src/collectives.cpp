@@ -4,6 +4,7 @@
 
 #include "process_group.hpp"
 #include "tensor_bridge.hpp"
+#include "pg/runtime_hooks.hpp"
 
 namespace shmdist::torch_backend {
 namespace {
@@ -61,21 +62,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::collective(
   return work;
 }
 
+template <class Body>
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::or_reject(c10d::OpType type, const char* call,
+                                                          std::chrono::milliseconds timeout,
+                                                          Body&& body) {
+  const std::uint64_t started = seq_.load(std::memory_order_relaxed);
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    // collective() counts the call first: an error after that is not a refused argument.
+    if (seq_.load(std::memory_order_relaxed) != started) throw;
+    const std::string why = e.msg();
+    return collective(type, {}, {}, timeout, [&] {
+      return std::vector<Work>{detail::reject_collective(job_->pg, group_, call, why)};
+    });
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
-  BoundTensor b = bind(single(tensors, "broadcast"), "broadcast");
-  const int root = global_rank(static_cast<int>(opts.rootRank), "broadcast");
-  return collective(c10d::OpType::BROADCAST, tensors, {b}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.broadcast(b.view, root, group_, true)};
+  return or_reject(c10d::OpType::BROADCAST, "broadcast", opts.timeout, [&] {
+    BoundTensor b = bind(single(tensors, "broadcast"), "broadcast");
+    const int root = global_rank(static_cast<int>(opts.rootRank), "broadcast");
+    return collective(c10d::OpType::BROADCAST, tensors, {b}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.broadcast(b.view, root, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  BoundTensor b = bind(single(tensors, "allreduce"), "allreduce");
-  const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
-  return collective(c10d::OpType::ALLREDUCE, tensors, {b}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.all_reduce(b.view, op, group_, true)};
+  return or_reject(c10d::OpType::ALLREDUCE, "all_reduce", opts.timeout, [&] {
+    BoundTensor b = bind(single(tensors, "allreduce"), "allreduce");
+    const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
+    return collective(c10d::OpType::ALLREDUCE, tensors, {b}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.all_reduce(b.view, op, group_, true)};
+    });
   });
 }
 
@@ -94,33 +116,39 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  BoundTensor b = bind(single(tensors, "reduce"), "reduce");
-  const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
-  const int root = global_rank(static_cast<int>(opts.rootRank), "reduce");
-  std::vector<BoundTensor> written;
-  if (opts.rootRank == getRank()) written.push_back(b);  // the other inputs stay as they were
-  return collective(c10d::OpType::REDUCE, tensors, written, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.reduce(b.view, root, op, group_, true)};
+  return or_reject(c10d::OpType::REDUCE, "reduce", opts.timeout, [&] {
+    BoundTensor b = bind(single(tensors, "reduce"), "reduce");
+    const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
+    const int root = global_rank(static_cast<int>(opts.rootRank), "reduce");
+    std::vector<BoundTensor> written;
+    if (opts.rootRank == getRank()) written.push_back(b);  // the other inputs stay as they were
+    return collective(c10d::OpType::REDUCE, tensors, written, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.reduce(b.view, root, op, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  BoundTensor in = bind(single(inputs, "allgather"), "allgather");
-  std::vector<BoundTensor> out = bind_all(single_list(outputs, "allgather"), "allgather");
-  return collective(c10d::OpType::ALLGATHER, outputs[0], out, opts.timeout, [&] {
-    std::vector<Tensor> list = views(out);
-    return std::vector<Work>{job_->pg.all_gather(list, in.view, group_, true)};
+  return or_reject(c10d::OpType::ALLGATHER, "all_gather", opts.timeout, [&] {
+    BoundTensor in = bind(single(inputs, "allgather"), "allgather");
+    std::vector<BoundTensor> out = bind_all(single_list(outputs, "allgather"), "allgather");
+    return collective(c10d::OpType::ALLGATHER, outputs[0], out, opts.timeout, [&] {
+      std::vector<Tensor> list = views(out);
+      return std::vector<Work>{job_->pg.all_gather(list, in.view, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  BoundTensor in = bind(input, "_allgather_base");
-  BoundTensor out = bind(output, "_allgather_base");
-  return collective(c10d::OpType::_ALLGATHER_BASE, {output}, {out}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.all_gather_into_tensor(out.view, in.view, group_, true)};
+  return or_reject(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", opts.timeout, [&] {
+    BoundTensor in = bind(input, "_allgather_base");
+    BoundTensor out = bind(output, "_allgather_base");
+    return collective(c10d::OpType::_ALLGATHER_BASE, {output}, {out}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.all_gather_into_tensor(out.view, in.view, group_, true)};
+    });
   });
 }
 
@@ -156,79 +184,91 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  BoundTensor in = bind(single(inputs, "gather"), "gather");
-  const int root = global_rank(static_cast<int>(opts.rootRank), "gather");
-  std::vector<BoundTensor> out;
-  std::vector<at::Tensor> results;
-  if (opts.rootRank == getRank()) {
-    out = bind_all(single_list(outputs, "gather"), "gather");
-    results = outputs[0];
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "shm backend: gather takes an output list on the root only");
-  }
-  return collective(c10d::OpType::GATHER, results, out, opts.timeout, [&] {
-    std::vector<Tensor> list = views(out);
-    return std::vector<Work>{job_->pg.gather(in.view, list, root, group_, true)};
+  return or_reject(c10d::OpType::GATHER, "gather", opts.timeout, [&] {
+    BoundTensor in = bind(single(inputs, "gather"), "gather");
+    const int root = global_rank(static_cast<int>(opts.rootRank), "gather");
+    std::vector<BoundTensor> out;
+    std::vector<at::Tensor> results;
+    if (opts.rootRank == getRank()) {
+      out = bind_all(single_list(outputs, "gather"), "gather");
+      results = outputs[0];
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "shm backend: gather takes an output list on the root only");
+    }
+    return collective(c10d::OpType::GATHER, results, out, opts.timeout, [&] {
+      std::vector<Tensor> list = views(out);
+      return std::vector<Work>{job_->pg.gather(in.view, list, root, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  BoundTensor out = bind(single(outputs, "scatter"), "scatter");
-  const int root = global_rank(static_cast<int>(opts.rootRank), "scatter");
-  std::vector<BoundTensor> in;
-  if (opts.rootRank == getRank())
-    in = bind_all(single_list(inputs, "scatter"), "scatter");
-  else
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "shm backend: scatter takes an input list on the root only");
-  return collective(c10d::OpType::SCATTER, outputs, {out}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.scatter(out.view, views(in), root, group_, true)};
+  return or_reject(c10d::OpType::SCATTER, "scatter", opts.timeout, [&] {
+    BoundTensor out = bind(single(outputs, "scatter"), "scatter");
+    const int root = global_rank(static_cast<int>(opts.rootRank), "scatter");
+    std::vector<BoundTensor> in;
+    if (opts.rootRank == getRank())
+      in = bind_all(single_list(inputs, "scatter"), "scatter");
+    else
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "shm backend: scatter takes an input list on the root only");
+    return collective(c10d::OpType::SCATTER, outputs, {out}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.scatter(out.view, views(in), root, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  BoundTensor out = bind(single(outputs, "reduce_scatter"), "reduce_scatter");
-  std::vector<BoundTensor> in = bind_all(single_list(inputs, "reduce_scatter"), "reduce_scatter");
-  const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
-  return collective(c10d::OpType::REDUCE_SCATTER, outputs, {out}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.reduce_scatter(out.view, views(in), op, group_, true)};
+  return or_reject(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", opts.timeout, [&] {
+    BoundTensor out = bind(single(outputs, "reduce_scatter"), "reduce_scatter");
+    std::vector<BoundTensor> in = bind_all(single_list(inputs, "reduce_scatter"), "reduce_scatter");
+    const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
+    return collective(c10d::OpType::REDUCE_SCATTER, outputs, {out}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.reduce_scatter(out.view, views(in), op, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  BoundTensor out = bind(output, "_reduce_scatter_base");
-  BoundTensor in = bind(input, "_reduce_scatter_base");
-  const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
-  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {out}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.reduce_scatter_tensor(out.view, in.view, op, group_, true)};
+  return or_reject(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", opts.timeout, [&] {
+    BoundTensor out = bind(output, "_reduce_scatter_base");
+    BoundTensor in = bind(input, "_reduce_scatter_base");
+    const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
+    return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {out}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.reduce_scatter_tensor(out.view, in.view, op, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  BoundTensor out = bind(output, "alltoall_base");
-  BoundTensor in = bind(input, "alltoall_base");
-  return collective(c10d::OpType::ALLTOALL_BASE, {output}, {out}, opts.timeout, [&] {
-    return std::vector<Work>{job_->pg.all_to_all_single(out.view, in.view, output_splits,
-                                                        input_splits, group_, true)};
+  return or_reject(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", opts.timeout, [&] {
+    BoundTensor out = bind(output, "alltoall_base");
+    BoundTensor in = bind(input, "alltoall_base");
+    return collective(c10d::OpType::ALLTOALL_BASE, {output}, {out}, opts.timeout, [&] {
+      return std::vector<Work>{job_->pg.all_to_all_single(out.view, in.view, output_splits,
+                                                          input_splits, group_, true)};
+    });
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  std::vector<BoundTensor> out = bind_all(outputs, "alltoall");
-  std::vector<BoundTensor> in = bind_all(inputs, "alltoall");
-  return collective(c10d::OpType::ALLTOALL, outputs, out, opts.timeout, [&] {
-    std::vector<Tensor> list = views(out);
-    return std::vector<Work>{job_->pg.all_to_all(list, views(in), group_, true)};
+  return or_reject(c10d::OpType::ALLTOALL, "all_to_all", opts.timeout, [&] {
+    std::vector<BoundTensor> out = bind_all(outputs, "alltoall");
+    std::vector<BoundTensor> in = bind_all(inputs, "alltoall");
+    return collective(c10d::OpType::ALLTOALL, outputs, out, opts.timeout, [&] {
+      std::vector<Tensor> list = views(out);
+      return std::vector<Work>{job_->pg.all_to_all(list, views(in), group_, true)};
+    });
   });
 }
 

@@ -121,6 +121,14 @@ class ProcessGroupShm : public BackendBase {
                                             const std::vector<BoundTensor>& written,
                                             std::chrono::milliseconds timeout,
                                             const std::function<std::vector<Work>()>& post);
+  // Runs `body`, a single collective; if it throws before reaching collective() (an argument
+  // this adapter refuses: a dtype or layout shmdist does not carry, a reduction it lacks),
+  // posts shmdist's collective `call` as rejected instead, so that the other members fail at
+  // once naming this rank rather than waiting for it, and returns that call's Work, which
+  // fails with the refusal (shmdist.InvalidArgument).
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> or_reject(c10d::OpType type, const char* call,
+                                           std::chrono::milliseconds timeout, Body&& body);
 
   c10::intrusive_ptr<c10d::Store> store_;  // declared first: released after the job is destroyed
   std::shared_ptr<Job> job_;

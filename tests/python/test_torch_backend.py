@@ -112,6 +112,25 @@ def test_rank_death_inside_init_process_group_raises_peer_failure(victim):
     assert seconds < 10, caught[0]  # the issue's 10 s; the promise is 1 s, the timeout 60 s
 
 
+def test_a_call_refused_on_one_rank_fails_the_others_at_once():
+    """A collective whose arguments the backend refuses on one rank (a sparse tensor) fails
+    there with the refusal and on the other ranks with InvalidArgument naming that rank, well
+    before the group's timeout (60 s here), and the group stays usable."""
+    results = env_ranks(2, WORKERS / "reject.py", timeout=120,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    text = "".join(r.stdout for r in results)
+    assert all(r.returncode == 0 for r in results), results
+    caught = {int(line.split()[1][5:]): line for line in text.splitlines()
+              if line.startswith("CAUGHT")}
+    assert set(caught) == {0, 1}, results
+    assert "InvalidArgument" in caught[0] and "sparse" in caught[0], caught[0]
+    assert "InvalidArgument" in caught[1], caught[1]
+    assert "group rank 0" in caught[1] and "rejected its arguments" in caught[1], caught[1]
+    seconds = float(caught[1].split(" after ")[1].split("s:")[0])
+    assert seconds < 30, caught[1]  # not the group's timeout
+    assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
