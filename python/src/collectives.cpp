@@ -66,6 +66,10 @@ template <class Body>
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::or_reject(c10d::OpType type, const char* call,
                                                           std::chrono::milliseconds timeout,
                                                           Body&& body) {
+  // Relaxed is enough: the only increment that matters here is collective()'s, made by this
+  // thread inside body(), which is sequenced before the second load. (A collective of the
+  // same group started at once on another thread, which torch's API does not do, could make
+  // a refusal after it look posted: it would then fail on this rank only, as before.)
   const std::uint64_t started = seq_.load(std::memory_order_relaxed);
   try {
     return body();
