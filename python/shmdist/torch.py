@@ -18,21 +18,33 @@ from datetime import timedelta as _timedelta
 import torch
 import torch.distributed as _dist
 
-from . import _C
+from ._build_info import TORCH_BUILT_AGAINST as _TORCH_BUILT_AGAINST
+
 
 # The extension is compiled against one torch's C++ API (c10d::ProcessGroup on 1.13,
-# c10d::Backend on 2.x), which changes between releases: loading it into another torch would
-# crash or misbehave, so refuse with what to do instead.
+# c10d::Backend on 2.x), whose symbols change between releases: loading it into another torch
+# fails with an undefined symbol, or worse, misbehaves. So the torch it was built against is
+# compared before the extension is loaded, and another release is refused with what to do.
+# A release is the public version, without the local label: 2.13.0+cpu is torch 2.13.0, the
+# release a wheel of shmdist pins in its requirements (setup.py).
+def _public(version):
+    return version.split("+")[0]
+
+
 def _release(version):
-    return tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    return tuple(int(p) for p in _public(version).split(".")[:2])
 
 
-if _release(torch.__version__) != _release(_C._torch_built_against):
+if _public(torch.__version__) != _public(_TORCH_BUILT_AGAINST):
     raise ImportError(
-        "shmdist's torch backend was built against torch " + _C._torch_built_against +
-        " but this interpreter runs torch " + torch.__version__ + "; rebuild it for this "
-        "torch (pip install --force-reinstall --no-build-isolation . in this environment, "
-        "or cmake with SHMDIST_PYTHON_EXECUTABLE=" + __import__("sys").executable + ")")
+        "shmdist.torch: this shmdist was built against torch " + _TORCH_BUILT_AGAINST +
+        " but this interpreter (" + __import__("sys").executable + ") runs torch " +
+        torch.__version__ + "; install torch==" + _public(_TORCH_BUILT_AGAINST) + " here, "
+        "or a shmdist built for torch " + _public(torch.__version__) + " (pip install "
+        "--force-reinstall --no-build-isolation <shmdist source tree> builds one against the "
+        "torch of this environment)")
+
+from . import _C  # noqa: E402  (only once the torch is known to be the right one)
 
 _TORCH2 = _release(torch.__version__) >= (2, 0)
 
