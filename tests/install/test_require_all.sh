@@ -19,7 +19,7 @@ configure() {
   cmake -S "$source_dir" -B "$work/build$n" -DCMAKE_CXX_COMPILER="$cxx" -DSHMDIST_BUILD_BENCH=OFF \
         "$@" > "$work/out$n" 2>&1 || status=$?
   if [[ $expected == fails && $status -eq 0 ]] || [[ $expected == works && $status -ne 0 ]]; then
-    echo "FAIL: cmake $* was expected to $expected (exit $status):"; tail -20 "$work/out$n"
+    echo "FAIL: cmake $* (exit $status), expected: it $expected"; tail -20 "$work/out$n"
     fail=1
   elif ! grep -qF -- "$text" "$work/out$n"; then
     echo "FAIL: cmake $* does not say '$text':"; tail -20 "$work/out$n"
