@@ -64,7 +64,7 @@ expect() {  # expect DESCRIPTION GREP-PATTERN: the log has a line matching it
 }
 run_scripts_test() {
   : > "$state/log"
-  if ! FAKE_STATE=$state PATH="$fakes:$PATH" SHMDIST_WERROR=OFF "$repo/scripts/test" \
+  if ! env -u SHMDIST_BUILD_DIR FAKE_STATE="$state" PATH="$fakes:$PATH" SHMDIST_WERROR=OFF "$repo/scripts/test" \
          > "$state/out" 2>&1; then
     echo "FAIL: scripts/test failed:"; cat "$state/out"
     fail=1
