@@ -71,10 +71,18 @@ Settings check_options(const Options& opt) {
   return s;
 }
 
-// The SHMDIST_* variables shmrun reads for itself, where no option says otherwise (a bad
-// value there is a runtime error, exit 1, as for the ranks).
+// Every SHMDIST_* variable the ranks will read is checked here, before anything starts, so
+// that a bad one is reported once, by shmrun, like a bad option, rather than by every rank
+// when it joins (or never, by a program that does not join). A bad value is a runtime error,
+// exit 1, as it is for a rank. SHMDIST_SEGMENT_FD and SHMDIST_JOB_KEY are not the user's:
+// shmrun sets them for its ranks, replacing inherited values (a shmrun started by a rank).
+// shmrun itself uses SHMDIST_RING_SIZE and SHMDIST_HANG_REPORT where no option says otherwise.
 void apply_environment(const Options& opt, Settings& s) {
-  const config::Config env = config::from_environment({"SHMDIST_RING_SIZE", "SHMDIST_HANG_REPORT"});
+  const config::Config env = config::read([](const char* name) -> std::optional<std::string> {
+    const std::string_view n = name;
+    if (n == "SHMDIST_SEGMENT_FD" || n == "SHMDIST_JOB_KEY") return std::nullopt;
+    return env::get(name);
+  });
   if (opt.ring_size.empty() && env.ring_size) s.ring_size = *env.ring_size;
   if (opt.hang_report.empty() && env.hang_report) s.supervisor.hang_report = *env.hang_report;
 }

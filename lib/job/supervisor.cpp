@@ -309,15 +309,36 @@ void JobSupervisor::handle_signal() {
 
 // ---- output tagging -------------------------------------------------------------------------
 
-void JobSupervisor::emit_line(const Stream& s, const std::string& line) const {
+// A line that cannot be written (standard output on a full device, an I/O error) is not
+// lost silently: the first failure on each of our two outputs is reported on stderr, later
+// lines for it are discarded (the ranks' pipes are still drained, so no rank blocks on
+// them), and run() returns 1 unless a rank's failure gives another status.
+void JobSupervisor::emit_line(const Stream& s, const std::string& line) {
+  const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
+  int& failed = output_errno_[s.is_err ? 1 : 0];
+  if (failed) return;
   std::string out;
   out.reserve(line.size() + 8);
   out.append("[").append(std::to_string(s.rank)).append("] ").append(line);
-  const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
   for (std::size_t off = 0; off < out.size();) {
     const ssize_t n = write(fd, out.data() + off, out.size() - off);
-    if (n <= 0) break;
-    off += static_cast<std::size_t>(n);
+    if (n > 0) {
+      off += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {  // an output someone made non-blocking: wait until it drains
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, -1);
+      continue;
+    }
+    failed = n < 0 ? errno : EIO;
+    std::fprintf(stderr,
+                 "%s: cannot write rank %d's output to %s: %s; the ranks' further output to "
+                 "it is discarded, the job goes on, and its exit status will not be 0\n",
+                 options_.name.c_str(), s.rank,
+                 s.is_err ? "standard error" : "standard output", std::strerror(failed));
+    return;
   }
 }
 
@@ -421,7 +442,7 @@ int JobSupervisor::run() {
   if (interrupted_by_) return 128 + interrupted_by_;
   for (const RankResult& r : ranks_)
     if (r.failed()) return r.exit_status();
-  return 0;
+  return output_errno_[0] || output_errno_[1] ? 1 : 0;
 }
 
 // Samples the job's progress a few times per hang_report interval; reports a stall once.

@@ -69,7 +69,8 @@ class JobSupervisor {
   // out_fd/err_fd: read ends of the rank's output pipes when tagging, else -1.
   void add_rank(int rank, pid_t pid, int out_fd = -1, int err_fd = -1);
   // Runs until every rank has ended; returns the job's exit status (0 if all exited 0; the
-  // first failed rank's status; 124 after a job timeout; 128+signal if interrupted).
+  // first failed rank's status; 124 after a job timeout; 128+signal if interrupted; 1 if
+  // tagged output could not be written).
   int run();
   const std::vector<RankResult>& results() const { return ranks_; }
   // Startup failed (a rank could not be started): kills the ranks started so far with
@@ -102,7 +103,7 @@ class JobSupervisor {
   void fail_job(int rank);
   void signal_live(int sig);
   void drain_stream(Stream& s, bool final);
-  void emit_line(const Stream& s, const std::string& line) const;
+  void emit_line(const Stream& s, const std::string& line);
   void handle_signal();
 
   const segment::Segment& segment_;
@@ -114,6 +115,7 @@ class JobSupervisor {
   Clock::time_point next_sample_{};
   bool hang_reported_ = false;  // this stall was reported; reset when something moves
   std::vector<Stream> streams_;
+  int output_errno_[2] = {0, 0};  // why tagged output to stdout / stderr failed; 0 if it did not
   int signal_fd_ = -1;
   int first_failure_ = -1;        // the rank blamed for the job's failure
   int first_reaped_failure_ = -1; // the first failed rank in the order they were reaped

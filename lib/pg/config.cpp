@@ -121,6 +121,22 @@ const std::array kVariables = {
                                   "(ranks with equal ids share a segment)");
                c.host_id = text;
              }},
+    Variable{{"SHMDIST_SHM_TAG", "1 to 32 letters, digits or `_`", "unset",
+              "a tag in the names of the objects this process creates in `/dev/shm` "
+              "(`shmdist-<uid>-<tag>-...`), so that whoever set it (a test harness, an "
+              "administrator) can tell them from everyone else's; ranks of one job started "
+              "without shmrun meet on such a name, so they need the same tag"},
+             [](Config& c, const char* name, const std::string& text) {
+               const bool ok = !text.empty() && text.size() <= 32 &&
+                               text.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                      "0123456789_") == std::string::npos;
+               if (!ok)
+                 throw SetupError("environment variable " + std::string(name) + "='" + text +
+                                  "' is not a tag: expected 1 to 32 letters, digits or '_' "
+                                  "(it becomes part of the names of objects in /dev/shm)");
+               c.shm_tag = text;
+             }},
 };
 
 const std::array<VariableInfo, kVariables.size()> kInfos = [] {

@@ -45,6 +45,10 @@ struct Config {
   // SHMDIST_HOST_ID: this rank's host identity (ranks with equal ids share a segment); under
   // mpirun, setting it also takes the multi-host path (pg/join_hosts.hpp).
   std::optional<std::string> host_id;
+  // SHMDIST_SHM_TAG: put into the names this process gives objects in /dev/shm
+  // ("shmdist-<uid>-<tag>-..."), so that whoever set it can tell them from everyone else's
+  // (the test suite's leak check does); empty when unset.
+  std::string shm_tag;
 };
 
 // One row of the table: what docs/launcher.md documents.
@@ -63,8 +67,7 @@ std::span<const VariableInfo> variables();
 Config read(const std::function<std::optional<std::string>(const char*)>& lookup);
 // read() of this process's environment.
 Config from_environment();
-// Only the variables named in `only` (the rest keep their defaults): shmrun reads
-// SHMDIST_RING_SIZE itself, and leaves the others to the ranks, which report a bad one.
+// Only the variables named in `only` (the rest keep their defaults).
 Config from_environment(std::initializer_list<std::string_view> only);
 
 }  // namespace shmdist::config

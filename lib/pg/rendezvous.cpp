@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "pg/config.hpp"
 #include "pg/env.hpp"
 #include "pg/process_alive.hpp"
 #include "pg/rendezvous_object.hpp"
@@ -58,12 +59,17 @@ std::string pmi_job_id() {
   return "pmi-parent:" + std::to_string(getppid());
 }
 
-std::string rendezvous_name(const std::string& job_id, int world_size) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "shmdist-%u-rv-%016llx", static_cast<unsigned>(getuid()),
+std::string rendezvous_name(const std::string& job_id, int world_size, const std::string& shm_tag) {
+  char hash[40];
+  std::snprintf(hash, sizeof hash, "rv-%016llx",
                 static_cast<unsigned long long>(
                     fnv1a64(job_id + "/" + std::to_string(world_size))));
-  return buf;
+  return shm_object_name(shm_tag, hash);
+}
+
+std::string rendezvous_name(const std::string& job_id, int world_size) {
+  return rendezvous_name(job_id, world_size,
+                         config::from_environment({"SHMDIST_SHM_TAG"}).shm_tag);
 }
 
 namespace {
@@ -121,7 +127,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const InitOptions& options,
                                                        const config::Config& config,
                                                        const TransportWrap& wrap) {
-  const std::string name = rendezvous_name(job_id, world);
+  const std::string name = rendezvous_name(job_id, world, config.shm_tag);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
   NamedObject obj = find_or_create(name, rank, world, ring_size, job_id, deadline);

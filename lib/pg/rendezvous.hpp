@@ -16,7 +16,9 @@ namespace shmdist::detail {
 std::string mpi_job_id();
 std::string pmi_job_id();
 
-// The segment name for a job identity and world size ("shmdist-<uid>-rv-<hash>").
+// The segment name for a job identity and world size ("shmdist-<uid>-[<tag>-]rv-<hash>",
+// shm_object_name), with this tag / with this process's SHMDIST_SHM_TAG.
+std::string rendezvous_name(const std::string& job_id, int world_size, const std::string& shm_tag);
 std::string rendezvous_name(const std::string& job_id, int world_size);
 
 // A rank of `seg` other than `self` that claimed its slot and died, or -1 if the segment's

@@ -90,6 +90,12 @@ NamedObject::~NamedObject() {
   if (fd >= 0) ::close(fd);
 }
 
+std::string shm_object_name(const std::string& tag, const std::string& rest) {
+  std::string name = "shmdist-" + std::to_string(getuid()) + "-";
+  if (!tag.empty()) name += tag + "-";
+  return name + rest;
+}
+
 std::string object_path(const std::string& name) { return "/dev/shm/" + name; }
 
 NamedObject create_named_object(const std::string& name, int world_size,

@@ -41,6 +41,13 @@ struct NamedObject {
   std::string invalid;  // why a begun object (magic number written) is not a valid segment
 };
 
+// The name of one of this user's objects in /dev/shm: "shmdist-<uid>-<rest>", or
+// "shmdist-<uid>-<tag>-<rest>" with a tag (SHMDIST_SHM_TAG, config::Config::shm_tag), which
+// lets whoever set it tell its objects from everyone else's. Every name shmdist gives an
+// object in /dev/shm is made here (segment::Segment::create_named's default name aside,
+// which only tests use).
+std::string shm_object_name(const std::string& tag, const std::string& rest);
+
 // "/dev/shm/NAME", as errors name the object.
 std::string object_path(const std::string& name);
 

@@ -58,15 +58,15 @@ struct Announcement {
   }
 };
 
-// "shmdist-<uid>-st-<128 random bits>": nobody can guess it, so nobody else creates it.
-std::string fresh_name() {
+// "shmdist-<uid>-[<tag>-]st-<128 random bits>": nobody can guess it, so nobody else creates it.
+std::string fresh_name(const std::string& shm_tag) {
   std::uint64_t r[2] = {0, 0};
   if (getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
     throw SetupError(std::string("getrandom failed: ") + std::strerror(errno));
-  char buf[80];
-  std::snprintf(buf, sizeof buf, "shmdist-%u-st-%016llx%016llx", static_cast<unsigned>(getuid()),
-                static_cast<unsigned long long>(r[0]), static_cast<unsigned long long>(r[1]));
-  return buf;
+  char random[40];
+  std::snprintf(random, sizeof random, "st-%016llx%016llx", static_cast<unsigned long long>(r[0]),
+                static_cast<unsigned long long>(r[1]));
+  return shm_object_name(shm_tag, random);
 }
 
 // Why the announced segment cannot be joined, or "" if it can.
@@ -172,7 +172,7 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
   std::string name;
   NamedObject obj;
   if (rank == 0) {
-    name = fresh_name();
+    name = fresh_name(config.shm_tag);
     obj = create_named_object(name, world,
                               config.ring_size.value_or(segment::default_ring_size(world)));
     if (obj.fd < 0)

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <shmdist/errors.hpp>
 
@@ -50,6 +51,7 @@ BOOST_AUTO_TEST_CASE(nothing_set_gives_the_defaults) {
   BOOST_TEST(c.health_check.count() == config::kDefaultHealthCheck.count());
   BOOST_TEST(!c.hang_report);
   BOOST_TEST(!c.host_id);
+  BOOST_TEST(c.shm_tag.empty());
   BOOST_TEST(config::kDefaultHealthCheck.count() == 100);
   BOOST_TEST(!c.single_copy);  // auto
   BOOST_TEST(config::kDefaultSingleCopy == 65536u);
@@ -64,7 +66,8 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
                                  {"SHMDIST_HEALTH_CHECK_MS", "3600000"},
                                  {"SHMDIST_HANG_REPORT", "1.5s"},
                                  {"SHMDIST_SINGLE_COPY", "1M"},
-                                 {"SHMDIST_HOST_ID", "node-a"}});
+                                 {"SHMDIST_HOST_ID", "node-a"},
+                                 {"SHMDIST_SHM_TAG", "suite_42"}});
   BOOST_TEST(c.segment_fd.value_or(-1) == 7);
   BOOST_TEST(c.job_key.value_or("") == "00112233445566ff");
   BOOST_TEST(c.ring_size.value_or(0) == 65536u);
@@ -78,6 +81,7 @@ BOOST_AUTO_TEST_CASE(every_variable_reads_into_its_field) {
   BOOST_TEST(read({{"SHMDIST_SINGLE_COPY", "4096"}}).single_copy.value_or(0) == 4096u);
   BOOST_TEST(!read({{"SHMDIST_SINGLE_COPY", "auto"}}).single_copy);
   BOOST_TEST(c.host_id.value_or("") == "node-a");
+  BOOST_TEST(c.shm_tag == "suite_42");
   const auto off = read({{"SHMDIST_HANG_REPORT", "0"}}).hang_report;
   BOOST_TEST(off.value_or(std::chrono::milliseconds(-1)).count() == 0);
 }
@@ -105,6 +109,11 @@ BOOST_AUTO_TEST_CASE(bad_values_name_the_variable_and_the_range) {
   refused({{"SHMDIST_HOST_ID", ""}}, {"SHMDIST_HOST_ID is empty", "1 to 255 characters"});
   refused({{"SHMDIST_HOST_ID", std::string(256, 'h')}},
           {"SHMDIST_HOST_ID is too long (256 characters)", "1 to 255 characters"});
+  // A tag becomes part of a file name in /dev/shm: no '/', no '-' (the names' separator).
+  const std::vector<std::string> bad_tags = {"", "a/b", "a-b", "..", std::string(33, 't')};
+  for (const std::string& bad : bad_tags)
+    refused({{"SHMDIST_SHM_TAG", bad}},
+            {"SHMDIST_SHM_TAG='" + bad + "' is not a tag", "1 to 32 letters, digits or '_'"});
 }
 
 BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
@@ -113,7 +122,7 @@ BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
     BOOST_TEST(std::string(v.name).rfind("SHMDIST_", 0) == 0u, v.name);
     ++seen[v.name];
   }
-  BOOST_TEST(seen.size() == 9u);
+  BOOST_TEST(seen.size() == 10u);
   for (const auto& [name, n] : seen) BOOST_TEST(n == 1, name);
 }
 

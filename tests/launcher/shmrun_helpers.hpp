@@ -49,9 +49,8 @@ inline int count_of(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Whether, at some moment within `patience`, /dev/shm holds no shmdist object that was not in
-// `before`. Other jobs on the machine may create and remove their own meanwhile; one that
-// belongs to the job under test would be there at every look.
+// Whether, at some moment within `patience`, /dev/shm holds no object of this process's jobs
+// (shm_objects()) that was not in `before`: the patience is for processes still exiting.
 inline bool no_new_shm_objects(const std::set<std::string>& before,
                                std::chrono::milliseconds patience = std::chrono::seconds(1)) {
   const auto deadline = std::chrono::steady_clock::now() + patience;

@@ -91,6 +91,39 @@ BOOST_AUTO_TEST_CASE(bad_ring_size_in_the_environment_is_named) {
   BOOST_TEST(r.out.empty());
 }
 
+// Every SHMDIST_* variable the ranks would read is checked by shmrun before any rank starts
+// (issue 27, item 9): a bad one is reported once, as "shmrun: ..." like a bad option, and
+// shmrun exits 1 (docs/launcher.md), instead of every rank failing at its join (or, for a
+// program that never joins, the job running with it). probe_env does not join: before the
+// check, these jobs ran and exited 0.
+BOOST_AUTO_TEST_CASE(bad_shmdist_variables_are_refused_before_any_rank_starts) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"SHMDIST_SPIN_US", "x"},          {"SHMDIST_LOCAL_CPUS", "0"},
+      {"SHMDIST_HEALTH_CHECK_MS", "0"},  {"SHMDIST_HANG_REPORT", "soon"},
+      {"SHMDIST_SINGLE_COPY", "1K"},     {"SHMDIST_HOST_ID", ""},
+      {"SHMDIST_RING_SIZE", "lots"},
+  };
+  for (const auto& [name, value] : cases) {
+    BOOST_TEST_CONTEXT(name << "='" << value << "'") {
+      CommandOptions o = clean_options();
+      o.env = {{name, value}};
+      const CommandResult r = run_command(shmrun({"-n", "3", program("probe_env")}), o);
+      BOOST_TEST(r.exit_code == 1, r.err);
+      BOOST_TEST(r.err.rfind("shmrun: ", 0) == 0, "stderr: " << r.err);
+      BOOST_TEST(count_of(r.err, name) == 1, "stderr: " << r.err);  // once, not per rank
+      BOOST_TEST(count_of(r.err, "\n") == 1, "stderr: " << r.err);
+      BOOST_TEST(r.out.empty(), "a rank ran: " << r.out);
+    }
+  }
+  // The variables of the launch protocol are shmrun's to set: an inherited value (a shmrun
+  // started by a rank of another job) is replaced, not refused.
+  CommandOptions o = clean_options();
+  o.env = {{"SHMDIST_SEGMENT_FD", "nonsense"}, {"SHMDIST_JOB_KEY", "nonsense"}};
+  const CommandResult r = run_command(shmrun({"-n", "2", program("probe_env"), "join"}), o);
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(count_of(r.out, "JOINED") == 2, r.out);
+}
+
 // A segment larger than the machine can hold is refused before anything starts, saying how
 // much it needs (64 ranks x 63 rings x 1 GiB is far beyond any memory), and leaves nothing.
 // (shmrun's segment is a memfd: memory, not /dev/shm space.)

@@ -197,6 +197,26 @@ BOOST_AUTO_TEST_CASE(tag_output_prefixes_every_line_with_its_rank) {
   BOOST_TEST(!contains(plain.out, "["), plain.out);
 }
 
+// Issue 27, item 10: tagged output that cannot be written (standard output on a full device)
+// is a failure that shmrun reports once, and the exit status says so, though every rank
+// exited 0. (It was lost silently, with exit 0.) The ranks' standard error still arrives.
+BOOST_AUTO_TEST_CASE(tagged_output_that_cannot_be_written_fails_the_job) {
+  CommandOptions o = clean_options();
+  o.stdout_path = "/dev/full";
+  const CommandResult r = run_command(
+      shmrun({"-n", "2", "--tag-output", program("probe_env"), "stderr"}), o);
+  BOOST_TEST(r.exit_code == 1, r.err);
+  BOOST_TEST(count_of(r.err, "shmrun: cannot write") == 1, r.err);
+  BOOST_TEST(contains(r.err, "standard output: No space left on device"), r.err);
+  for (const char* line : {"[0] STDERR rank=0\n", "[1] STDERR rank=1\n"})
+    BOOST_TEST(contains(r.err, line), r.err);
+  // A failing rank's status still comes first.
+  const CommandResult failed = run_command(
+      shmrun({"-n", "2", "--tag-output", "sh", "-c", "echo out; exit 3"}), o);
+  BOOST_TEST(failed.exit_code == 3, failed.err);
+  BOOST_TEST(contains(failed.err, "shmrun: cannot write"), failed.err);
+}
+
 BOOST_AUTO_TEST_CASE(bind_to_core_pins_each_rank_and_none_does_not) {
   const std::vector<int> cpus = own_cpus();
   const int n = static_cast<int>(std::max<std::size_t>(2, cpus.size()));

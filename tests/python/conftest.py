@@ -33,6 +33,14 @@ def _why_unavailable():
 
 WHY = _why_unavailable()
 
+# The names this session's jobs make in /dev/shm carry its own tag (SHMDIST_SHM_TAG, which
+# every job started from here inherits), and the leak check looks at those only: another
+# program's objects (another checkout's suite, a user's job) can neither fail it nor hide
+# behind it.
+SHM_TAG = f"py{os.getpid()}_{uuid.uuid4().hex[:16]}"
+os.environ["SHMDIST_SHM_TAG"] = SHM_TAG
+SHM_PREFIX = f"shmdist-{os.getuid()}-{SHM_TAG}-"
+
 
 def pytest_collection_modifyitems(config, items):
     if WHY:
@@ -41,16 +49,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def shm_names():
+    """The names in /dev/shm that this session's jobs made."""
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("shmdist")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
     except FileNotFoundError:
         return set()
 
 
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """No shmdist object in /dev/shm may outlive a test. The machine's other jobs (other
-    checkouts' test suites) make short-lived names too: a name must persist 5 s to count."""
+    """No object a test's jobs made in /dev/shm may outlive it (after 5 s for processes
+    still exiting)."""
     before = shm_names()
     yield
     deadline = time.monotonic() + 5

@@ -26,7 +26,12 @@ CommandResult run_command(const std::vector<std::string>& argv, const CommandOpt
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
+    if (options.stdout_path.empty()) {
+      dup2(out[1], STDOUT_FILENO);
+    } else {
+      const int fd = open(options.stdout_path.c_str(), O_WRONLY);
+      if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(127);
+    }
     dup2(err[1], STDERR_FILENO);
     for (const auto& name : options.unset_env) unsetenv(name.c_str());
     for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);

@@ -25,6 +25,9 @@ struct CommandOptions {
   std::chrono::milliseconds timeout{60'000};
   std::vector<std::pair<std::string, std::string>> env;  // added to (or replacing) ours
   std::vector<std::string> unset_env;                    // removed from the child's environment
+  // When set, the child's standard output goes to this file (such as /dev/full) instead of
+  // being captured in CommandResult::out.
+  std::string stdout_path;
   // Called with the child's pid once it runs (e.g. to kill it mid-job); may be empty.
   std::function<void(pid_t)> on_start;
 };

@@ -25,8 +25,9 @@ PYTHON is the interpreter the backend was built for: Debian's torch 1.13 (/usr/b
 torch 2.x (2.13: a venv with pip's torch, numpy and pytest). torch's test modules import
 expecttest, which Debian lacks and pip's torch does not require: the stand-in next to this file
 provides what they use (torch 1.13's and 2.13's alike), so neither needs it installed. torch decides some tests by backend name: "shm" is added to its
-"plugin" and "subgroup" feature sets, as a third-party backend would be. The run fails if it
-leaves a shmdist name in /dev/shm.
+"plugin" and "subgroup" feature sets, as a third-party backend would be. The run fails if its
+ranks leave a name in /dev/shm (names carry the run's own SHMDIST_SHM_TAG, so another
+program's objects do not count).
 """
 import atexit
 import os
@@ -35,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 
 # torch's common_utils treats a set CI variable as "torch's own CI": it then writes XML
 # reports through xmlrunner (not a Debian package) and changes other defaults. Our CI is not
@@ -93,16 +95,22 @@ def take_own_options(argv):
         argv += names_from(listed, leave_out)
 
 
+def shm_prefix():
+    """How every name this run's ranks make in /dev/shm begins: they inherit the tag that
+    the main process sets (SHMDIST_SHM_TAG), so other programs' objects are not counted."""
+    return f"shmdist-{os.getuid()}-{os.environ['SHMDIST_SHM_TAG']}-"
+
+
 def shm_names():
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("shmdist")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith(shm_prefix())}
     except FileNotFoundError:
         return set()
 
 
 def left_in_dev_shm(before):
-    """shmdist names made since `before` that persist: other jobs on the machine (other
-    checkouts' suites) make short-lived ones too, so a name must last 5 s to count."""
+    """Names this run's ranks made since `before` that remain (after 5 s for processes
+    still exiting)."""
     new = shm_names() - before
     deadline = time.monotonic() + 5
     while new and time.monotonic() < deadline:
@@ -226,6 +234,7 @@ def as_if_spawned(target, *args, **kwargs):
     target(*args, **kwargs)
 
 if __name__ == "__main__":
+    os.environ["SHMDIST_SHM_TAG"] = f"suite{os.getpid()}_{uuid.uuid4().hex[:16]}"
     before = shm_names()
     try:
         run_tests()
