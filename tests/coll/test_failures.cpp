@@ -83,6 +83,38 @@ BOOST_AUTO_TEST_CASE(a_timed_out_barrier_pairs_only_with_the_same_call) {
   }
 }
 
+// A late member that makes another call than the one the others timed out in meets their
+// call of that number and throws InvalidArgument naming both; the calls after it pair.
+BOOST_AUTO_TEST_CASE(a_late_member_in_another_call_throws_and_the_group_goes_on) {
+  for (auto mode : all_modes()) {
+    p2p::SharedCounters gave_up(1);
+    JobOptions o = p2p::job_options(mode);
+    o.timeout = 2s;
+    o.job_timeout = 120s;
+    expect_job_ok(3, [&](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      pg.barrier();  // #1
+      if (me != 2) {
+        p2p::require_throws<dist::Timeout>([&] { pg.barrier(); }, {"barrier (call #2"},
+                                           "barrier without rank 2");
+        gave_up[0].fetch_add(1);
+      } else {
+        gave_up.wait_at_least(0, 2);
+        Tensor t = dist::ones({4});
+        p2p::require_throws<shmdist::InvalidArgument>(
+            [&] { pg.all_reduce(t); },
+            {"all_reduce (call #2", "all_reduce(op=SUM, torch.float32, 4 elements)", "barrier()"},
+            "late all_reduce against the others' barrier");
+        RANK_REQUIRE(t.equal(dist::ones({4})));
+      }
+      pg.barrier();  // #3
+      Tensor u = dist::full({4}, me + 1.0);
+      pg.all_reduce(u);
+      RANK_REQUIRE(u.equal(dist::full({4}, 6.0)));
+    }, o);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(monitored_barrier_names_the_ranks_that_did_not_arrive) {
   for (auto mode : all_modes()) {
     p2p::SharedCounters gave_up(1);
