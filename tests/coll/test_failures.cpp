@@ -52,33 +52,39 @@ BOOST_AUTO_TEST_CASE(timeout_names_the_missing_member_and_a_late_one_completes_i
 // (issue 27.3: before, the late member's barrier returned against the leftovers of the
 // timed-out one while the others were in no barrier, and the others' next barrier returned
 // at once against the late member's leftovers). Rank 2 pauses before its second barrier so
-// that a barrier returning without it would do so first; the check itself is causal.
+// that a barrier returning without it would do so first; the check itself is causal. On the
+// world group (the lane) and on a sub-group of the same members (point-to-point).
 BOOST_AUTO_TEST_CASE(a_timed_out_barrier_pairs_only_with_the_same_call) {
   for (auto mode : all_modes()) {
-    p2p::SharedCounters at(2);  // [0]: members that gave up; [1]: rank 2 entered barrier #3
+    // Per group (world: 0, sub-group: 2): [+0] members that gave up; [+1] rank 2 entered #3.
+    p2p::SharedCounters at(4);
     JobOptions o = p2p::job_options(mode);
     o.timeout = 2s;
     o.job_timeout = 120s;
     expect_job_ok(3, [&](dist::ProcessGroup& pg) {
       const int me = pg.get_rank();
-      pg.barrier();  // #1: everybody
-      if (me != 2) {
-        p2p::require_throws<dist::Timeout>([&] { pg.barrier(); },
-                                           {"barrier (call #2 on the world group)", "rank 2 has not"},
-                                           "barrier without rank 2");
-        at[0].fetch_add(1);
-        pg.barrier();  // #3
-        RANK_REQUIRE(at[1].load() == 1);  // it waited for rank 2's barrier #3
-      } else {
-        at.wait_at_least(0, 2);
-        pg.barrier();  // #2: meets the others' #2, still pending on them
-        std::this_thread::sleep_for(100ms);
-        at[1].store(1);
-        pg.barrier();  // #3
+      const dist::Group all_three = pg.new_group({0, 1, 2});  // the point-to-point path
+      for (const std::size_t c : {std::size_t{0}, std::size_t{2}}) {
+        const dist::Group g = c == 0 ? dist::Group{} : all_three;
+        pg.barrier(g);  // #1: everybody
+        if (me != 2) {
+          p2p::require_throws<dist::Timeout>([&] { pg.barrier(g); },
+                                             {"barrier (call #2 on ", "rank 2 has not"},
+                                             "barrier without rank 2");
+          at[c].fetch_add(1);
+          pg.barrier(g);  // #3
+          RANK_REQUIRE(at[c + 1].load() == 1);  // it waited for rank 2's barrier #3
+        } else {
+          at.wait_at_least(c, 2);
+          pg.barrier(g);  // #2: meets the others' #2, still pending on them
+          std::this_thread::sleep_for(100ms);
+          at[c + 1].store(1);
+          pg.barrier(g);  // #3
+        }
+        Tensor u = dist::full({4}, me + 1.0);
+        pg.all_reduce(u, ReduceOp::SUM, g);
+        RANK_REQUIRE(u.equal(dist::full({4}, 6.0)));
       }
-      Tensor u = dist::full({4}, me + 1.0);
-      pg.all_reduce(u);
-      RANK_REQUIRE(u.equal(dist::full({4}, 6.0)));
     }, o);
   }
 }
