@@ -606,6 +606,14 @@ Completion all_to_all_single(const CallSetup& s, Tensor& output, const Tensor& i
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }
 
+// On the world lane one round whose slots carry only the fingerprints; on a sub-group the
+// fingerprint exchange alone (every member hears from every other before it completes).
+Completion barrier(const CallSetup& s) {
+  Builder b(s, Kind::Barrier);
+  if (s.lane) return run_on_lane(s, b, LanePlan{}, 0, [](Schedule&) {});
+  return finish(b.make(), 0);
+}
+
 void monitored_barrier(const CallSetup& s, std::chrono::milliseconds timeout, bool wait_all) {
   Builder b(s, Kind::MonitoredBarrier);
   auto sch = b.make();

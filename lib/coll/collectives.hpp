@@ -37,6 +37,10 @@ Completion all_to_all(const CallSetup& s, std::vector<Tensor>& outputs,
 Completion all_to_all_single(const CallSetup& s, Tensor& output, const Tensor& input,
                              const std::vector<std::int64_t>& output_splits,
                              const std::vector<std::int64_t>& input_splits);
+// A collective without data: no member's call completes before every member has made this
+// same call (the group's call number included), and it takes part in the members' agreement
+// like every other collective, so a member in another call fails at once on every member.
+Completion barrier(const CallSetup& s);
 // Blocking: group rank 0 waits up to `timeout` for every member, then releases them all,
 // telling them who was missing; everyone that took part throws Timeout naming them.
 void monitored_barrier(const CallSetup& s, std::chrono::milliseconds timeout, bool wait_all);

@@ -48,6 +48,7 @@ const char* kind_name(Kind kind) {
     case Kind::AllToAll: return "all_to_all";
     case Kind::AllToAllSingle: return "all_to_all_single";
     case Kind::MonitoredBarrier: return "monitored_barrier";
+    case Kind::Barrier: return "barrier";
   }
   return "an unknown collective";
 }
@@ -91,7 +92,7 @@ std::string describe_call(const CallDescription& call, const std::vector<int>& m
              : std::to_string(fp.root);
     s += ", ";
   }
-  if (kind != Kind::MonitoredBarrier) {
+  if (kind != Kind::MonitoredBarrier && kind != Kind::Barrier) {  // they carry no data
     s += std::string(dtype_name(static_cast<DType>(fp.dtype)));
     if (!has_splits(kind)) s += ", " + std::to_string(fp.count) + " elements";
   }

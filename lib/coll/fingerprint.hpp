@@ -27,6 +27,7 @@ enum class Kind : std::uint8_t {
   AllToAll,
   AllToAllSingle,
   MonitoredBarrier,
+  Barrier,
 };
 const char* kind_name(Kind kind);
 // all_to_all and all_to_all_single: counts differ per pair, checked as a matrix (splits).

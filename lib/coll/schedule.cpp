@@ -19,7 +19,7 @@ std::shared_ptr<detail::Operation> completed_collective() {
 }
 
 int step_tag(std::uint64_t seq, std::size_t step) {
-  constexpr int kBase = 1 << 16;  // barrier() uses tags 0..log2(world) on the same channel
+  constexpr int kBase = 1 << 16;  // tags below it are left free
   constexpr std::uint64_t kSeqWindow = 1 << 20;
   return kBase + static_cast<int>((seq % kSeqWindow) * 16 + step);
 }

@@ -106,7 +106,7 @@ class Schedule final : public engine::BackgroundTask,
 std::string call_name(Kind kind, const GroupView& group, std::uint64_t seq);
 // A completed collective's completion, for blocking calls that finished in their frame.
 std::shared_ptr<detail::Operation> completed_collective();
-// The internal-channel tag of a collective's step (barrier's round tags stay below it).
+// The internal-channel tag of a collective's step.
 int step_tag(std::uint64_t seq, std::size_t step);
 
 }  // namespace shmdist::coll

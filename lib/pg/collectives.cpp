@@ -82,6 +82,15 @@ Work ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input,
 
 #undef SHMDIST_COLLECTIVE
 
+// A collective like the others (counted, fingerprinted, agreed on): a member in another call
+// fails every member's call at once, and a late member's barrier can only meet the others'
+// barrier of the same number.
+void ProcessGroup::barrier(const Group& group) {
+  Impl& s = impl();
+  auto done = coll::barrier(setup(s, group, "barrier", true));
+  s.engine->wait(*done, std::nullopt);
+}
+
 void ProcessGroup::monitored_barrier(const Group& group, std::chrono::milliseconds timeout,
                                      bool wait_all_ranks) {
   Impl& s = impl();
@@ -94,6 +103,11 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
 
 
 namespace detail {
+
+Work start_barrier(ProcessGroup& pg, const Group& group) {
+  ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
+  return ProcessGroupAccess::make_work(coll::barrier(setup(s, group, "barrier", false)));
+}
 
 Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& call,
                        const std::string& why) {

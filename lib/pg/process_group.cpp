@@ -356,26 +356,6 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
   return works;
 }
 
-// Dissemination barrier: in round k each member sends an empty message 2^k ahead and
-// receives one from 2^k behind, on the library's own channel (never mixed with user tags).
-// Messages between one pair on one round tag are FIFO, so consecutive barriers cannot mix.
-void ProcessGroup::barrier(const Group& group) {
-  Impl& s = impl();
-  const auto& info = resolve_member(s, group, "barrier");
-  const int n = static_cast<int>(info.members.size());
-  const int me = info.my_rank;
-  const Tensor token = empty({0}, kUInt8);
-  Tensor sink = empty({0}, kUInt8);
-  int round = 0;
-  for (int step = 1; step < n; step <<= 1, ++round) {
-    const int to = info.members[(me + step) % n];
-    const int from = info.members[(me - step + n) % n];
-    const auto key = key_for(info, round, transport::kInternalChannel);
-    s.engine->send(token, to, key);
-    s.engine->recv(sink, from, key, info.members, false, engine::kBlockedBarrier);
-  }
-}
-
 void ProcessGroup::send_bytes(std::span<const std::byte> bytes, int dst, const Group& group,
                               int tag) {
   const Tensor t = Tensor::from_blob(const_cast<std::byte*>(bytes.data()),

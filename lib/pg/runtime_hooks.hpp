@@ -35,6 +35,11 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
 // Never blocks: call it from the wait's own loop.
 void check_peers(const ProcessGroup& pg, const std::string& waiting_for);
 
+// barrier(group) without blocking (torch's barrier(async_op=True)): the same collective as
+// ProcessGroup::barrier, counted in the group's sequence; its Work completes once every
+// member has made this barrier call.
+Work start_barrier(ProcessGroup& pg, const Group& group);
+
 // A collective `call` (a name as shmdist spells it: "all_reduce", "broadcast", ...) on
 // `group` whose arguments the runtime rejected itself, with `why`: posted without blocking,
 // it makes the other members' matching calls fail at once naming this member (instead of

@@ -37,11 +37,9 @@ std::shared_ptr<Job> world_job() {
 
 // Group ids for sub-groups: torch names groups "1", "2", ... in creation order, the same on
 // every rank (non-members count too), so the name gives an id all members agree on, counted
-// from where shmdist leaves ids to runtimes. The control group of a group (barrier tokens)
-// sets bit 30.
+// from where shmdist leaves ids to runtimes.
 constexpr std::uint32_t kIdBase = detail::kFirstRuntimeGroupId;  // bit 29
 constexpr std::uint32_t kIdMask = kIdBase - 1;
-constexpr std::uint32_t kControlBit = 1u << 30;
 
 std::uint32_t group_id_from_name(const std::string& name) {
   const bool numeric = !name.empty() && name.size() < 10 &&
@@ -84,13 +82,12 @@ c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>
   auto job = std::make_shared<Job>(
       detail::join_through_store(rank, size, timeout, key_value_store(store)));
   std::vector<int> members = iota(size);
-  Group control = detail::group_with_id(job->pg, members, kIdBase | kControlBit);
   if (is_world) {
     std::lock_guard lock(g_world_job_mutex);
     g_world_job = job;
   }
   return c10::make_intrusive<ProcessGroupShm>(job, store, rank, std::move(members), Group{},
-                                              std::move(control), timeout, /*owns_job=*/true);
+                                              timeout, /*owns_job=*/true);
 }
 
 c10::intrusive_ptr<BackendBase> create_process_group(
@@ -111,9 +108,8 @@ c10::intrusive_ptr<BackendBase> create_process_group(
               "rank ", members[static_cast<std::size_t>(rank)], " there");
   const std::uint32_t id = group_id_from_name(group_name);
   Group group = detail::group_with_id(world->pg, members, id);
-  Group control = detail::group_with_id(world->pg, members, id | kControlBit);
   return c10::make_intrusive<ProcessGroupShm>(world, store, rank, std::move(members),
-                                              std::move(group), std::move(control), timeout,
+                                              std::move(group), timeout,
                                               /*owns_job=*/false);
 }
 

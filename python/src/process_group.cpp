@@ -5,12 +5,10 @@
 #include "process_group.hpp"
 
 #include "tensor_bridge.hpp"
+#include "pg/runtime_hooks.hpp"
 
 namespace shmdist::torch_backend {
 namespace {
-
-// The tag of the barrier's tokens on the control group.
-constexpr int kBarrierTag = 0;
 
 at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
   TORCH_CHECK(tensors.size() == 1, "shm backend: ", op, " takes exactly one tensor, got ",
@@ -21,7 +19,7 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
 }  // namespace
 
 ProcessGroupShm::ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c10d::Store> store,
-                                 int rank, std::vector<int> members, Group group, Group control,
+                                 int rank, std::vector<int> members, Group group,
                                  std::chrono::milliseconds timeout, bool owns_job)
     : BackendBase(rank, static_cast<int>(members.size())),
       store_(std::move(store)),
@@ -29,7 +27,6 @@ ProcessGroupShm::ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c1
       members_(std::move(members)),
       source_map_(std::make_shared<const std::vector<int>>(members_)),
       group_(std::move(group)),
-      control_(std::move(control)),
       timeout_(timeout),
       owns_job_(owns_job) {}
 
@@ -87,27 +84,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Te
   return work;
 }
 
-// Each member sends an empty token to every other member and receives one from each: no
-// member completes before all have arrived. Messages between a pair on one (group, tag) are
-// received in order, so consecutive barriers never take each other's tokens. Non-blocking,
-// so that barrier(async_op=True) does not stall the caller.
-void ProcessGroupShm::post_tokens(ShmWork& work, int tag) {
-  const Tensor token = empty({0}, kUInt8);
-  const int me = job_->pg.get_rank();
-  for (int peer : members_) {
-    if (peer == me) continue;
-    Tensor sink = empty({0}, kUInt8);
-    work.add(job_->pg.irecv(sink, peer, control_, tag));
-    work.add(job_->pg.isend(token, peer, control_, tag));
-  }
-}
-
+// shmdist's barrier collective, counted and agreed on like every other collective: a member
+// in another collective (or in monitored_barrier) fails every member's call at once, and a
+// barrier can only complete with the other members' barrier of the same number.
+// Non-blocking, so that barrier(async_op=True) does not stall the caller.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptions& opts) {
-  seq_.fetch_add(1, std::memory_order_relaxed);
-  auto work = make_work(c10d::OpType::BARRIER, {}, opts.timeout);
-  std::lock_guard lock(job_->mutex);
-  post_tokens(*work, kBarrierTag);
-  return work;
+  return collective(c10d::OpType::BARRIER, {}, {}, opts.timeout, [&] {
+    return std::vector<Work>{detail::start_barrier(job_->pg, group_)};
+  });
 }
 
 // Group rank 0 waits up to the timeout for every member, then releases them; every member

@@ -28,13 +28,12 @@ namespace shmdist::torch_backend {
 class ProcessGroupShm : public BackendBase {
  public:
   // `members`: global ranks of the group's members in group-rank order (the world: 0..n-1);
-  // `group`: the shmdist group for user traffic; `control`: one for the backend's own
-  // messages (barrier tokens), which never mix with user tags.
+  // `group`: the shmdist group every call of this torch group goes to (barrier included).
   // `store`: torch's store for the group. Held for the group's lifetime, as gloo does: rank
   // 0 of a job started by torchrun or env:// hosts the store's server, which must outlive
   // the other ranks' use of it (destroy_process_group waits for all ranks before it goes).
   ProcessGroupShm(std::shared_ptr<Job> job, c10::intrusive_ptr<c10d::Store> store, int rank,
-                  std::vector<int> members, Group group, Group control,
+                  std::vector<int> members, Group group,
                   std::chrono::milliseconds timeout, bool owns_job);
   ~ProcessGroupShm() override;
 
@@ -43,7 +42,7 @@ class ProcessGroupShm : public BackendBase {
   const Group& group() const { return group_; }
   const std::shared_ptr<Job>& job() const { return job_; }
 
-  // The group's count of collectives (barriers included; point-to-point is not counted, as
+  // The group's count of collectives (barriers included, as in shmdist's own count; point-to-point is not counted, as
   // its calls differ between ranks). All members make the same collectives in the same
   // order, so the counts agree: torch's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL
   // wraps every group in it) compares them across ranks before each collective. It starts
@@ -113,8 +112,6 @@ class ProcessGroupShm : public BackendBase {
   c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                         std::chrono::milliseconds op_timeout) const;
   int global_rank(int group_rank, const char* op) const;
-  // Token exchange with every other member on the control group (the barrier's core).
-  void post_tokens(ShmWork& work, int tag);
   // A collective: a Work returning `outputs`, copying `written` back out of their staging
   // copies once `post` (called under the job's mutex) has completed.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -135,7 +132,6 @@ class ProcessGroupShm : public BackendBase {
   std::vector<int> members_;
   std::shared_ptr<const std::vector<int>> source_map_;  // members_, shared with receives' Work
   Group group_;
-  Group control_;
   std::chrono::milliseconds timeout_;
   bool owns_job_;  // the world's torch group: destroying it destroys the shmdist job
   std::atomic<std::uint64_t> seq_{0};  // collectives started (getSequenceNumberForGroup)

@@ -1,6 +1,8 @@
 // Mismatched calls are caught on every member before data moves, and the group stays usable;
 // async collectives progress while their rank blocks elsewhere and interleave with
 // point-to-point traffic.
+#include <algorithm>
+
 #include <boost/test/unit_test.hpp>
 
 #include "coll_support.hpp"
@@ -73,6 +75,76 @@ BOOST_AUTO_TEST_CASE(a_skipped_call_is_caught) {
     }
     for (const Tensor& e : list) RANK_REQUIRE(e.equal(dist::ones({4})));
   });
+}
+
+// barrier and monitored_barrier take part in the agreement like every collective (issue
+// 27.2, 27.4): on `g` (members in group-rank order `members`), the first member makes
+// `odd(g)` while the others make `usual(g, t)`; every member must throw InvalidArgument at
+// once naming both calls (`parts`), nothing moves, and the group's calls line up again. The
+// group's timeout is long: a mismatch that waits for it has missed the promise.
+namespace {
+template <class Odd, class Usual>
+void mismatch_then_line_up(dist::ProcessGroup& pg, const dist::Group& g,
+                           const std::vector<int>& members, Odd&& odd, Usual&& usual,
+                           std::initializer_list<std::string> parts, const std::string& what) {
+  const int me = pg.get_rank();
+  const int rank_in_group =
+      static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  Tensor t = dist::full({4}, 1.0);
+  const Tensor original = t.clone();
+  p2p::require_throws<IA>([&] { rank_in_group == 0 ? odd(g) : usual(g, t); }, parts, what);
+  RANK_REQUIRE(t.equal(original));  // nothing moved
+  const double sum = static_cast<double>(members.size() * (members.size() + 1) / 2);
+  for (int k = 0; k < 3; ++k) {  // every call meets its own
+    Tensor u = dist::full({4}, rank_in_group + 1.0);
+    pg.all_reduce(u, ReduceOp::SUM, g);
+    RANK_REQUIRE(u.equal(dist::full({4}, sum)));
+    pg.barrier(g);
+  }
+  pg.monitored_barrier(g, std::chrono::seconds(20));
+}
+
+JobOptions patient(Mode mode) {
+  JobOptions o = p2p::job_options(mode);
+  o.timeout = std::chrono::seconds(20);
+  o.job_timeout = std::chrono::seconds(120);
+  return o;
+}
+}  // namespace
+
+// Before: the all_reduce returned without error, paired with the barrier caller's next
+// all_reduce (which got [2.0]x4 where [3.0]x4 is right), every later call stayed shifted by
+// one, and the barrier caller waited out the whole timeout.
+BOOST_AUTO_TEST_CASE(barrier_against_another_collective_throws_on_every_member) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(3, [](dist::ProcessGroup& pg) {
+      const dist::Group sub = pg.new_group({1, 2});
+      auto odd = [&](const dist::Group& g) { pg.barrier(g); };
+      auto usual = [&](const dist::Group& g, Tensor& t) { pg.all_reduce(t, ReduceOp::SUM, g); };
+      const std::initializer_list<std::string> parts{
+          "the members' calls disagree", "barrier()",
+          "all_reduce(op=SUM, torch.float32, 4 elements)"};
+      mismatch_then_line_up(pg, {}, {0, 1, 2}, odd, usual, parts, "world group");
+      if (sub.is_member()) mismatch_then_line_up(pg, sub, {1, 2}, odd, usual, parts, "sub-group");
+      pg.barrier();
+    }, patient(mode));
+  }
+}
+
+// Before: monitored_barrier met a plain barrier only after the timeout (twice it, in torch).
+BOOST_AUTO_TEST_CASE(monitored_barrier_against_barrier_throws_on_every_member) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(3, [](dist::ProcessGroup& pg) {
+      const dist::Group sub = pg.new_group({1, 2});
+      auto odd = [&](const dist::Group& g) { pg.monitored_barrier(g, std::chrono::seconds(20)); };
+      auto usual = [&](const dist::Group& g, Tensor&) { pg.barrier(g); };
+      const std::initializer_list<std::string> parts{"the members' calls disagree",
+                                                     "monitored_barrier()", "barrier()"};
+      mismatch_then_line_up(pg, {}, {0, 1, 2}, odd, usual, parts, "world group");
+      if (sub.is_member()) mismatch_then_line_up(pg, sub, {1, 2}, odd, usual, parts, "sub-group");
+      pg.barrier();
+    }, patient(mode));
+  }
 }
 
 // Rank 0 starts an async all_reduce and then blocks in a recv from rank 1; rank 1 only sends

@@ -4,6 +4,8 @@
 // cores.
 #include <unistd.h>
 
+#include <thread>
+
 #include <boost/test/unit_test.hpp>
 
 #include "coll_support.hpp"
@@ -26,10 +28,10 @@ BOOST_AUTO_TEST_CASE(timeout_names_the_missing_member_and_a_late_one_completes_i
     expect_job_ok(3, [&](dist::ProcessGroup& pg) {
       const int me = pg.get_rank();
       Tensor t = dist::full({8}, me + 1.0);
-      pg.barrier();  // ranks 0 and 1 start the call together (a loaded machine skews start-up)
+      pg.barrier();  // call #1: ranks 0 and 1 then start together (start-up skews under load)
       if (me != 2) {
         p2p::require_throws<dist::Timeout>([&] { pg.all_reduce(t); },
-                                           {"all_reduce (call #1 on the world group)", "rank 2 has not"},
+                                           {"all_reduce (call #2 on the world group)", "rank 2 has not"},
                                            "all_reduce without rank 2");
         gave_up[0].fetch_add(1);
       } else {
@@ -41,6 +43,80 @@ BOOST_AUTO_TEST_CASE(timeout_names_the_missing_member_and_a_late_one_completes_i
       Tensor u = dist::ones({2});
       pg.all_reduce(u);
       RANK_REQUIRE(u.equal(dist::full({2}, 3.0)));
+    }, o);
+  }
+}
+
+// A barrier that timed out on some members completes only with the late member's barrier of
+// the same number, and the members' next barrier waits for the late member's next one
+// (issue 27.3: before, the late member's barrier returned against the leftovers of the
+// timed-out one while the others were in no barrier, and the others' next barrier returned
+// at once against the late member's leftovers). Rank 2 pauses before its second barrier so
+// that a barrier returning without it would do so first; the check itself is causal. On the
+// world group (the lane) and on a sub-group of the same members (point-to-point).
+BOOST_AUTO_TEST_CASE(a_timed_out_barrier_pairs_only_with_the_same_call) {
+  for (auto mode : all_modes()) {
+    // Per group (world: 0, sub-group: 2): [+0] members that gave up; [+1] rank 2 entered #3.
+    p2p::SharedCounters at(4);
+    JobOptions o = p2p::job_options(mode);
+    o.timeout = 2s;
+    o.job_timeout = 120s;
+    expect_job_ok(3, [&](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      const dist::Group all_three = pg.new_group({0, 1, 2});  // the point-to-point path
+      for (const std::size_t c : {std::size_t{0}, std::size_t{2}}) {
+        const dist::Group g = c == 0 ? dist::Group{} : all_three;
+        pg.barrier(g);  // #1: everybody
+        if (me != 2) {
+          p2p::require_throws<dist::Timeout>([&] { pg.barrier(g); },
+                                             {"barrier (call #2 on ", "rank 2 has not"},
+                                             "barrier without rank 2");
+          at[c].fetch_add(1);
+          pg.barrier(g);  // #3
+          RANK_REQUIRE(at[c + 1].load() == 1);  // it waited for rank 2's barrier #3
+        } else {
+          at.wait_at_least(c, 2);
+          pg.barrier(g);  // #2: meets the others' #2, still pending on them
+          std::this_thread::sleep_for(100ms);
+          at[c + 1].store(1);
+          pg.barrier(g);  // #3
+        }
+        Tensor u = dist::full({4}, me + 1.0);
+        pg.all_reduce(u, ReduceOp::SUM, g);
+        RANK_REQUIRE(u.equal(dist::full({4}, 6.0)));
+      }
+    }, o);
+  }
+}
+
+// A late member that makes another call than the one the others timed out in meets their
+// call of that number and throws InvalidArgument naming both; the calls after it pair.
+BOOST_AUTO_TEST_CASE(a_late_member_in_another_call_throws_and_the_group_goes_on) {
+  for (auto mode : all_modes()) {
+    p2p::SharedCounters gave_up(1);
+    JobOptions o = p2p::job_options(mode);
+    o.timeout = 2s;
+    o.job_timeout = 120s;
+    expect_job_ok(3, [&](dist::ProcessGroup& pg) {
+      const int me = pg.get_rank();
+      pg.barrier();  // #1
+      if (me != 2) {
+        p2p::require_throws<dist::Timeout>([&] { pg.barrier(); }, {"barrier (call #2"},
+                                           "barrier without rank 2");
+        gave_up[0].fetch_add(1);
+      } else {
+        gave_up.wait_at_least(0, 2);
+        Tensor t = dist::ones({4});
+        p2p::require_throws<shmdist::InvalidArgument>(
+            [&] { pg.all_reduce(t); },
+            {"all_reduce (call #2", "all_reduce(op=SUM, torch.float32, 4 elements)", "barrier()"},
+            "late all_reduce against the others' barrier");
+        RANK_REQUIRE(t.equal(dist::ones({4})));
+      }
+      pg.barrier();  // #3
+      Tensor u = dist::full({4}, me + 1.0);
+      pg.all_reduce(u);
+      RANK_REQUIRE(u.equal(dist::full({4}, 6.0)));
     }, o);
   }
 }

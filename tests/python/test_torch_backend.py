@@ -131,6 +131,45 @@ def test_a_call_refused_on_one_rank_fails_the_others_at_once():
     assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
 
 
+def test_barrier_is_checked_like_every_collective():
+    """Issue 27.2, 27.4: barrier against all_reduce, and monitored_barrier against barrier,
+    raise InvalidArgument on both ranks naming both calls, on the world group and on a
+    sub-group, instead of pairing the barrier with the next call (or waiting out the group's
+    timeout, 60 s here, which a Timeout would show), and the calls after it pair right."""
+    results = env_ranks(2, WORKERS / "barrier_mismatch.py", timeout=180,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    text = "".join(r.stdout for r in results)
+    assert all(r.returncode == 0 for r in results), results
+    assert "NOT RAISED" not in text, results
+    caught = [line for line in text.splitlines() if line.startswith("CAUGHT")]
+    assert len(caught) == 8, results
+    for line in caught:
+        assert "InvalidArgument" in line and "the members' calls disagree" in line, line
+        if "/barrier " in line:
+            assert "barrier()" in line and "all_reduce(op=SUM, torch.float32, 4 elements)" in line, line
+        else:
+            assert "monitored_barrier()" in line and "called barrier()" in line, line
+    after = [line for line in text.splitlines() if line.startswith("AFTER")]
+    assert len(after) == 16 and all(line.endswith("[3.0, 3.0, 3.0, 3.0]") for line in after), results
+
+
+def test_a_timed_out_barrier_pairs_only_with_the_same_call(tmp_path):
+    """Issue 27.3: after ranks 0 and 1 time out in a barrier without rank 2, rank 2's late
+    barrier meets theirs, and their next barrier waits for rank 2's next one (before: it
+    returned at once against rank 2's leftovers)."""
+    results = env_ranks(3, WORKERS / "barrier_timeout.py", timeout=180,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "5", "SHMDIST_TEST_DIR": str(tmp_path)})
+    text = "".join(r.stdout for r in results)
+    assert all(r.returncode == 0 for r in results), results
+    for rank in (0, 1):
+        caught = [line for line in text.splitlines() if line.startswith(f"CAUGHT rank={rank} ")]
+        assert len(caught) == 1 and "Timeout" in caught[0], results
+        assert "barrier (call #2 on the world group)" in caught[0], caught[0]
+        assert f"THIRD rank={rank} rank 2 in it: True" in text, results
+    for rank in range(3):
+        assert f"AFTER rank={rank} [6.0, 6.0]" in text, results
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
