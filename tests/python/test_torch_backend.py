@@ -131,6 +131,29 @@ def test_a_call_refused_on_one_rank_fails_the_others_at_once():
     assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
 
 
+@pytest.mark.parametrize("form", ["all_reduce_coalesced", "manager"])
+def test_a_coalesced_call_refused_on_one_rank_fails_the_others_at_once(form):
+    """Issue 27.12: as a single call, a coalesced one refused on rank 0 fails on rank 1 at
+    once naming rank 0 (before: rank 1 waited out the group's timeout, 60 s here)."""
+    import torch
+    if form == "manager" and not torch.__version__.startswith("2."):
+        pytest.skip("torch 1.13 has no coalescing manager for all_reduce on CPU backends")
+    results = env_ranks(2, WORKERS / "reject_coalesced.py", form, timeout=180,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    text = "".join(r.stdout for r in results)
+    assert all(r.returncode == 0 for r in results), results
+    caught = {int(line.split()[1][5:]): line for line in text.splitlines()
+              if line.startswith("CAUGHT")}
+    assert set(caught) == {0, 1}, results
+    assert "InvalidArgument" in caught[0] and "does not support tensors of dtype" in caught[0], caught[0]
+    assert "on rank 0" in caught[0], caught[0]
+    assert "InvalidArgument" in caught[1], caught[1]
+    assert "group rank 0" in caught[1] and "rejected its arguments" in caught[1], caught[1]
+    seconds = float(caught[1].split(" after ")[1].split("s:")[0])
+    assert seconds < 30, caught[1]  # not the group's timeout
+    assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
