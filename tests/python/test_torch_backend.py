@@ -154,6 +154,16 @@ def test_a_coalesced_call_refused_on_one_rank_fails_the_others_at_once(form):
     assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
 
 
+def test_init_again_after_destroy_under_shmrun(tmp_path):
+    """Issue 27.11: as with the C++ API (tests/hostile), a rank initializes again after
+    destroy_process_group under shmrun, three times; each round's sums are right."""
+    result = shmrun(2, WORKERS / "reinit.py", str(tmp_path), timeout=240)
+    assert result.returncode == 0, result
+    for round_ in (1, 2, 3):
+        for rank in (0, 1):
+            assert f"ROUND {round_} rank={rank} sum={6 * round_}" in result.stdout, result
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
