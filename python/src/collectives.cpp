@@ -260,11 +260,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  return or_reject(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", 1, opts.timeout, [&] {
+  const auto type = c10d::OpType::_REDUCE_SCATTER_BASE;
+  return or_reject(type, "reduce_scatter_tensor", 1, opts.timeout, [&] {
     BoundTensor out = bind(output, "_reduce_scatter_base");
     BoundTensor in = bind(input, "_reduce_scatter_base");
     const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
-    return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {out}, opts.timeout, [&] {
+    return collective(type, {output}, {out}, opts.timeout, [&] {
       return std::vector<Work>{job_->pg.reduce_scatter_tensor(out.view, in.view, op, group_, true)};
     });
   });

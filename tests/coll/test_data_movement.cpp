@@ -216,7 +216,8 @@ BOOST_AUTO_TEST_CASE(list_entries_of_another_shape_are_refused) {
       // The right shapes still work, and a list on a non-root is not looked at.
       std::vector<Tensor> good = list_of(0);
       pg.all_gather(good, t);
-      for (int j = 0; j < 3; ++j) RANK_REQUIRE(good[j].equal(dist::full({3, 2}, j + 1, dist::kFloat32)));
+      for (int j = 0; j < 3; ++j)
+        RANK_REQUIRE(good[j].equal(dist::full({3, 2}, j + 1, dist::kFloat32)));
       std::vector<Tensor> root_list = me == 0 ? list_of(0) : list_of(1);
       pg.gather(t, root_list, 0);
       if (me == 0)

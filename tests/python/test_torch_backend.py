@@ -145,7 +145,8 @@ def test_a_coalesced_call_refused_on_one_rank_fails_the_others_at_once(form):
     caught = {int(line.split()[1][5:]): line for line in text.splitlines()
               if line.startswith("CAUGHT")}
     assert set(caught) == {0, 1}, results
-    assert "InvalidArgument" in caught[0] and "does not support tensors of dtype" in caught[0], caught[0]
+    assert "InvalidArgument" in caught[0], caught[0]
+    assert "does not support tensors of dtype" in caught[0], caught[0]
     assert "on rank 0" in caught[0], caught[0]
     assert "InvalidArgument" in caught[1], caught[1]
     assert "group rank 0" in caught[1] and "rejected its arguments" in caught[1], caught[1]

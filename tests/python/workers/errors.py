@@ -127,7 +127,8 @@ def list_entries_of_another_shape_are_refused():
                "invalid tensor size at index 0 (expected (3, 2), got (2, 3))" in str(e),
                f"names the rank and both shapes: {e}")
     else:
-        expect("group rank 1" in str(e) and "rejected its arguments" in str(e), f"names rank 1: {e}")
+        expect("group rank 1" in str(e) and "rejected its arguments" in str(e),
+               f"names rank 1: {e}")
     expect(all(torch.equal(o, torch.zeros_like(o)) for o in out), f"nothing written: {out}")
     if RANK == 0:  # gather: the root's list
         bad = [torch.zeros(6)] + [torch.zeros(3, 2) for _ in range(n - 1)]
