@@ -40,6 +40,13 @@ void copy_elements(const Tensor& from, const Tensor& to) {
     std::memmove(bytes_of(to), bytes_of(from), from.nbytes());
 }
 
+// "(3, 2)", "(4,)", "()": a shape as Python (and gloo's message) writes it.
+std::string shape_tuple(const std::vector<std::int64_t>& sizes) {
+  std::string text = "(";
+  for (std::size_t d = 0; d < sizes.size(); ++d) text += (d ? ", " : "") + std::to_string(sizes[d]);
+  return text + (sizes.size() == 1 ? ",)" : ")");
+}
+
 // Collects the call's description and the first problem with this member's arguments.
 class Builder {
  public:
@@ -77,8 +84,12 @@ class Builder {
          "group (global ranks " + list + "); " + role + " is a global rank of a member");
     return -1;
   }
-  // One tensor per member, each defined, of `dtype` and `numel` elements (numel < 0: any).
-  bool list(const std::vector<Tensor>& l, const char* role, DType dtype, std::int64_t numel) {
+  // One tensor per member, each defined, of `dtype` and, unless `like` is null, of the
+  // shape of `like` (the call's single tensor, named `like_role`): gloo refuses another
+  // shape with the same element count too, and a user who passes one has mixed up the
+  // outputs (a silent reshape would hand back rows where columns were meant).
+  bool list(const std::vector<Tensor>& l, const char* role, DType dtype, const Tensor* like,
+            const char* like_role) {
     if (static_cast<int>(l.size()) != n()) {
       fail(std::string(role) + " has " + std::to_string(l.size()) + " tensors; it needs one per "
            "group member (" + std::to_string(n()) + ")");
@@ -90,9 +101,16 @@ class Builder {
       else if (l[j].dtype() != dtype)
         fail(entry + " is " + std::string(dtype_name(l[j].dtype())) + " but must be " +
              std::string(dtype_name(dtype)) + " like the other tensors of the call");
-      else if (numel >= 0 && l[j].numel() != numel)
+      else if (like && l[j].numel() != like->numel())
         fail(entry + " has " + std::to_string(l[j].numel()) + " elements but must have " +
-             std::to_string(numel));
+             std::to_string(like->numel()));
+      else if (like && l[j].sizes() != like->sizes())
+        fail("on rank " + std::to_string(members()[me()]) + ", " + entry + " has shape " +
+             shape_tuple(l[j].sizes()) + " but " + like_role + " has shape " +
+             shape_tuple(like->sizes()) + ": invalid tensor size at index " + std::to_string(j) +
+             " (expected " + shape_tuple(like->sizes()) + ", got " + shape_tuple(l[j].sizes()) +
+             "); give every tensor of " + role + " the shape of " + like_role +
+             " (reshape or view them; the element counts already agree)");
     }
     return ok();
   }
@@ -330,7 +348,7 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
   Builder b(s, Kind::AllGather);
   if (b.tensor(input, "tensor")) {
     b.describe(input.dtype(), input.numel());
-    b.list(outputs, "tensor_list", input.dtype(), input.numel());
+    b.list(outputs, "tensor_list", input.dtype(), &input, "tensor");
   }
   if (b.ok() && s.lane)
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, &outputs, nullptr),
@@ -375,7 +393,7 @@ Completion gather(const CallSetup& s, const Tensor& input, std::vector<Tensor>& 
   if (b.tensor(input, "tensor")) {
     b.describe(input.dtype(), input.numel());
     r = b.root(root, "dst");
-    if (b.ok() && b.me() == r) b.list(outputs, "gather_list", input.dtype(), input.numel());
+    if (b.ok() && b.me() == r) b.list(outputs, "gather_list", input.dtype(), &input, "tensor");
   }
   auto sch = b.make();
   if (b.ok()) {
@@ -401,7 +419,7 @@ Completion scatter(const CallSetup& s, Tensor& output, const std::vector<Tensor>
   if (b.tensor(output, "tensor")) {
     b.describe(output.dtype(), output.numel());
     r = b.root(root, "src");
-    if (b.ok() && b.me() == r) b.list(inputs, "scatter_list", output.dtype(), output.numel());
+    if (b.ok() && b.me() == r) b.list(inputs, "scatter_list", output.dtype(), &output, "tensor");
   }
   auto sch = b.make();
   if (b.ok()) {
@@ -454,7 +472,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
   if (b.tensor(output, "output")) {
     b.describe(output.dtype(), output.numel());
     b.op(op, output.dtype());
-    if (b.ok()) b.list(inputs, "input_list", output.dtype(), output.numel());
+    if (b.ok()) b.list(inputs, "input_list", output.dtype(), &output, "output");
   }
   if (b.ok() && s.lane)
     return run_on_lane(s, b, plan_reduce_scatter(*s.lane, &inputs, nullptr, output, op, b.me()),
@@ -503,7 +521,8 @@ Completion all_to_all(const CallSetup& s, std::vector<Tensor>& outputs,
   if (!inputs.empty() && inputs[0].defined()) {
     const DType dtype = inputs[0].dtype();
     b.describe(dtype, 0);
-    if (b.list(inputs, "input_list", dtype, -1) && b.list(outputs, "output_list", dtype, -1)) {
+    if (b.list(inputs, "input_list", dtype, nullptr, nullptr) &&
+        b.list(outputs, "output_list", dtype, nullptr, nullptr)) {
       std::vector<std::int64_t> sends, recvs;
       for (int j = 0; j < b.n(); ++j) {
         sends.push_back(inputs[j].numel());
@@ -512,7 +531,7 @@ Completion all_to_all(const CallSetup& s, std::vector<Tensor>& outputs,
       b.splits(std::move(sends), std::move(recvs));
     }
   } else {
-    b.list(inputs, "input_list", kFloat32, -1);
+    b.list(inputs, "input_list", kFloat32, nullptr, nullptr);
     b.fail("input_list[0] is undefined or missing");
   }
   auto sch = b.make();

@@ -46,7 +46,16 @@ void init_process_group(const std::string& backend, const InitOptions& options) 
     throw InvalidArgument("backend '" + backend +
                           "' is not available: shmdist provides 'shm' ('gloo' is accepted as an "
                           "alias so that torch programs port unchanged)");
-  if (t_default) return;  // a thread-mode rank: launch() already joined the job
+  if (t_default) {  // a rank of launch(): it joined the job before the rank function ran
+    if (t_default->is_initialized()) return;
+    const ProcessGroup::Impl* was = detail::ProcessGroupAccess::impl_or_null(*t_default);
+    throw InvalidArgument(
+        "init_process_group on rank " + std::to_string(was ? was->rank : -1) +
+        ": this rank of a job started by launch() destroyed the group launch() gave it, which "
+        "serves the rank function's whole run and cannot be initialized again (its slot in "
+        "the job is used up). Destroy it last, or return from the rank function and launch() "
+        "again; under shmrun a rank may initialize again after destroy_process_group");
+  }
   if (g_default && g_default->is_initialized())
     throw InvalidArgument(
         "init_process_group: the default process group is already initialized; call "

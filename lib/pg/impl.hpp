@@ -65,6 +65,8 @@ struct ProcessGroupAccess {
     return ProcessGroup(std::move(impl));
   }
   static ProcessGroup::Impl& impl(const ProcessGroup& pg) { return pg.impl(); }
+  // Also after destroy (impl() throws then): for what a destroyed group was.
+  static const ProcessGroup::Impl* impl_or_null(const ProcessGroup& pg) { return pg.impl_.get(); }
   static Group make_group(std::shared_ptr<const GroupInfo> info) { return Group(std::move(info)); }
   static Work make_work(std::shared_ptr<Operation> op) { return Work(std::move(op)); }
 };

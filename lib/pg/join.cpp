@@ -42,15 +42,35 @@ RankAndWorld rank_and_world(const InitOptions& options, const char* rank_var,
   return rw;
 }
 
+// A later join of a shmrun job, after destroy_process_group (the ranks' slots in shmrun's
+// segment are used up, and its descriptor is closed): the ranks meet on a fresh segment
+// named after the job's key, which shmrun made random for this job, and the join's number,
+// which every rank counts alike (a rank initializes again only once all ranks destroyed the
+// previous group: destroy waits for them). As torch's re-initialization through its store
+// does, and as under torchrun: the launcher still reaps the ranks and ends the job when one
+// fails, and the ranks watch each other's processes themselves.
+std::shared_ptr<ProcessGroup::Impl> rejoin_shmrun(const InitOptions& options,
+                                                  const config::Config& config, int join) {
+  const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
+  if (!config.job_key)
+    throw SetupError("rank " + std::to_string(rw.rank) + ": init_process_group after "
+                     "destroy_process_group needs SHMDIST_JOB_KEY, which shmrun sets with "
+                     "SHMDIST_SEGMENT_FD; it is not set. " + kUseShmrun);
+  return join_by_rendezvous(rw.rank, rw.world,
+                            "shmrun:" + *config.job_key + "/join " + std::to_string(join),
+                            options, config);
+}
+
 std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                                                 const config::Config& config, int fd) {
-  // The descriptor is closed after the first join, and a rank joins its job once.
-  static bool joined = false;
-  if (joined)
-    throw InvalidArgument(
-        "init_process_group: this process already joined its shmrun job once; under shmrun "
-        "each process initializes the process group once (re-initializing after "
-        "destroy_process_group is not supported). Keep the group for the whole program.");
+  // The descriptor is used by the first join only (then closed); later joins of this
+  // process, after destroy_process_group, meet elsewhere.
+  static int joins = 0;
+  if (joins > 0) {
+    auto impl = rejoin_shmrun(options, config, joins);
+    ++joins;
+    return impl;
+  }
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
   std::shared_ptr<segment::Segment> seg;
   try {
@@ -73,7 +93,7 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
                      "); each rank may call init_process_group once per job");
   auto impl = std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
                                                    config, /*supervised=*/true);
-  joined = true;
+  joins = 1;
   return impl;
 }
 

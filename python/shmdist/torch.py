@@ -53,7 +53,8 @@ BACKEND = "shm"
 
 def _create_process_group(options, pg_options):
     if pg_options is not None:
-        raise RuntimeError("the shm backend takes no pg_options, got " + repr(pg_options))
+        raise _C.InvalidArgument("the shm backend takes no pg_options, got " + repr(pg_options)
+                                 + "; leave pg_options unset (None)")
     return _C._create_process_group(
         options.store,
         options.group_rank,

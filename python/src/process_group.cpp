@@ -11,8 +11,8 @@ namespace shmdist::torch_backend {
 namespace {
 
 at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK(tensors.size() == 1, "shm backend: ", op, " takes exactly one tensor, got ",
-              tensors.size());
+  refuse_unless(tensors.size() == 1, "shm backend: ", op, " takes exactly one tensor, got ",
+                tensors.size());
   return tensors[0];
 }
 
@@ -38,9 +38,11 @@ ProcessGroupShm::~ProcessGroupShm() {
 }
 
 int ProcessGroupShm::global_rank(int group_rank, const char* op) const {
-  TORCH_CHECK(group_rank >= 0 && group_rank < static_cast<int>(members_.size()),
-              "shm backend: ", op, ": rank ", group_rank, " is not in the group of ",
-              members_.size(), " ranks");
+  const int size = static_cast<int>(members_.size());
+  refuse_unless(group_rank >= 0 && group_rank < size, "shm backend: ", op, " on rank ",
+                global_rank_of_this_process(), ": group rank ", group_rank,
+                " is not in the group of ", size, " ranks; pass a group rank from 0 to ",
+                size - 1);
   return members_[static_cast<std::size_t>(group_rank)];
 }
 
@@ -48,7 +50,8 @@ c10::intrusive_ptr<ShmWork> ProcessGroupShm::make_work(c10d::OpType type,
                                                        std::vector<at::Tensor> outputs,
                                                        std::chrono::milliseconds op_timeout) const {
   const auto limit = op_timeout.count() > 0 ? op_timeout : timeout_;
-  return c10::make_intrusive<ShmWork>(job_, getRank(), type, std::move(outputs), limit);
+  return c10::make_intrusive<ShmWork>(job_, getRank(), global_rank_of_this_process(), type,
+                                      std::move(outputs), limit);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::send(std::vector<at::Tensor>& tensors, int dst,

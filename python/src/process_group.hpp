@@ -118,14 +118,19 @@ class ProcessGroupShm : public BackendBase {
                                             const std::vector<BoundTensor>& written,
                                             std::chrono::milliseconds timeout,
                                             const std::function<std::vector<Work>()>& post);
-  // Runs `body`, a single collective; if it throws before reaching collective() (an argument
+  // Runs `body`, a collective that posts `calls` shmdist collectives `call` (1, or one per
+  // tensor for the coalesced forms); if it throws before reaching collective() (an argument
   // this adapter refuses: a dtype or layout shmdist does not carry, a reduction it lacks),
-  // posts shmdist's collective `call` as rejected instead, so that the other members fail at
-  // once naming this rank rather than waiting for it, and returns that call's Work, which
-  // fails with the refusal (shmdist.InvalidArgument).
+  // posts `calls` of shmdist's collective `call` as rejected instead, so that the other
+  // members fail at once naming this rank rather than waiting for it, and returns their
+  // Work, which fails with the refusal (shmdist.InvalidArgument).
   template <class Body>
-  c10::intrusive_ptr<c10d::Work> or_reject(c10d::OpType type, const char* call,
+  c10::intrusive_ptr<c10d::Work> or_reject(c10d::OpType type, const char* call, std::size_t calls,
                                            std::chrono::milliseconds timeout, Body&& body);
+  // This process's global rank (for error messages: they name global ranks).
+  int global_rank_of_this_process() const {
+    return members_[static_cast<std::size_t>(getRank())];
+  }
 
   c10::intrusive_ptr<c10d::Store> store_;  // declared first: released after the job is destroyed
   std::shared_ptr<Job> job_;

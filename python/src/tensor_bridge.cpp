@@ -20,22 +20,23 @@ DType to_shmdist(at::ScalarType type, const char* op) {
     case at::kComplexFloat: return kFloat32;
     case at::kComplexDouble: return kFloat64;
     default:
-      TORCH_CHECK(false, "shm backend: ", op, " does not support tensors of dtype ", type,
-                  "; supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, "
-                  "float32, float64 and complex (as their real view)");
+      throw InvalidArgument(c10::str(
+          "shm backend: ", op, " does not support tensors of dtype ", type,
+          "; supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, "
+          "float64 and complex (as their real view)"));
   }
 }
 
 void check_tensor(const at::Tensor& t, const char* op) {
-  TORCH_CHECK(t.defined(), "shm backend: ", op, " got an undefined tensor");
-  TORCH_CHECK(!t.is_sparse(), "shm backend: ", op,
-              " does not support sparse tensors; send the dense values and indices "
-              "(t.coalesce().values(), t.coalesce().indices()) or use backend 'gloo'");
-  TORCH_CHECK(t.device().is_cpu(), "shm backend: ", op,
-              " supports CPU tensors only, got a tensor on ", t.device(),
-              "; move it with .cpu() or use backend 'nccl' for GPU tensors");
-  TORCH_CHECK(t.layout() == at::kStrided, "shm backend: ", op,
-              " supports strided (dense) tensors only, got layout ", t.layout());
+  refuse_unless(t.defined(), "shm backend: ", op, " got an undefined tensor");
+  refuse_unless(!t.is_sparse(), "shm backend: ", op,
+                " does not support sparse tensors; send the dense values and indices "
+                "(t.coalesce().values(), t.coalesce().indices()) or use backend 'gloo'");
+  refuse_unless(t.device().is_cpu(), "shm backend: ", op,
+                " supports CPU tensors only, got a tensor on ", t.device(),
+                "; move it with .cpu() or use backend 'nccl' for GPU tensors");
+  refuse_unless(t.layout() == at::kStrided, "shm backend: ", op,
+                " supports strided (dense) tensors only, got layout ", t.layout());
   to_shmdist(t.scalar_type(), op);
 }
 

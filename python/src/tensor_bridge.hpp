@@ -5,10 +5,20 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/StringUtil.h>
 
+#include <shmdist/errors.hpp>
 #include <shmdist/tensor.hpp>
 
 namespace shmdist::torch_backend {
+
+// The backend's refusals of a caller's arguments: shmdist::InvalidArgument, which Python sees
+// as shmdist.InvalidArgument (a RuntimeError subclass, so `except RuntimeError` still catches
+// it), like every refusal shmdist itself makes. `what` is concatenated as by c10::str.
+template <class... Args>
+void refuse_unless(bool ok, const Args&... what) {
+  if (!ok) throw InvalidArgument(c10::str(what...));
+}
 
 // One torch tensor bound to an operation.
 struct BoundTensor {
@@ -22,7 +32,7 @@ struct BoundTensor {
 };
 
 // Checks that `t` can take part in `op` (a CPU, strided tensor of a supported dtype) and
-// throws a RuntimeError (c10::Error) saying what is wrong otherwise.
+// throws InvalidArgument saying what is wrong otherwise.
 void check_tensor(const at::Tensor& t, const char* op);
 
 // Binds a tensor that `op` reads or writes (the caller calls finish() for written ones).

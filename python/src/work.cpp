@@ -1,5 +1,7 @@
 #include "work.hpp"
 
+#include "tensor_bridge.hpp"
+
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
@@ -8,12 +10,13 @@ namespace shmdist::torch_backend {
 
 using Clock = std::chrono::steady_clock;
 
-ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, c10d::OpType type,
+ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, int global_rank, c10d::OpType type,
                  std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
       job_(std::move(job)),
       outputs_(std::move(outputs)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      global_rank_(global_rank) {}
 
 // The shmdist Work objects are released under the job's mutex: dropping the last reference
 // to an operation must not race with another thread's progress on the same engine. A work
@@ -79,6 +82,9 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
       // only they need the clock).
       const bool own_limit = explicit_limit || limit != job_->pg.timeout();
       const auto deadline = own_limit ? Clock::now() + limit : Clock::time_point{};
+      const std::string what = "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
+                               std::to_string(global_rank_);
+      bool still_pending = false;
       try {
         for (shmdist::Work& w : works_) {
           if (!own_limit) {
@@ -87,24 +93,27 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
           }
           const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
           if (w.wait(std::chrono::duration_cast<std::chrono::milliseconds>(left))) continue;
-          if (explicit_limit)  // torch's contract: the work stays pending, wait() may be retried
-            TORCH_CHECK(false, "shm backend: ", c10d::opTypeToString(opType_),
-                        " did not complete within the ", limit.count(),
-                        " ms given to wait(); it is still pending");
+          if (explicit_limit) {  // torch's contract: the work stays pending, wait() may be retried
+            still_pending = true;
+            break;
+          }
           // " timeout " as a word of its own: torch's tests (and users' code written for
           // gloo) recognise a timeout by the regex " (Timed out|closed|timeout) ".
-          throw Timeout("shm backend: " + c10d::opTypeToString(opType_) +
-                        " timed out: not complete within the process group's timeout of " +
-                        std::to_string(limit.count()) +
+          throw Timeout(what + " timed out: not complete within the process group's timeout "
+                        "of " + std::to_string(limit.count()) +
                         " ms; check that every member of the group makes the matching call");
         }
-        complete_locked();
-        return true;  // completed here, successfully: nothing to rethrow
-      } catch (const c10::Error&) {
-        throw;
+        if (!still_pending) {
+          complete_locked();
+          return true;  // completed here, successfully: nothing to rethrow
+        }
       } catch (...) {
         fail_locked(std::current_exception());
       }
+      if (still_pending)  // thrown outside the try: the work is not failed
+        throw Timeout(what + " did not complete within the " + std::to_string(limit.count()) +
+                      " ms given to wait(); it is still pending: wait() again, or check that "
+                      "every peer makes the matching call");
     }
   }
   std::lock_guard lock(mutex_);
@@ -114,8 +123,8 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
 
 int ShmWork::sourceRank() const {
   std::lock_guard lock(mutex_);
-  TORCH_CHECK(completed_ && !exception_ && source_ >= 0,
-              "shm backend: sourceRank() is only known for a completed receive");
+  refuse_unless(completed_ && !exception_ && source_ >= 0, "shm backend: on rank ", global_rank_,
+                ": sourceRank() is only known for a completed receive");
   return source_;
 }
 

@@ -23,8 +23,9 @@ class ShmWork : public c10d::Work {
   // `timeout`: how long a wait() without its own timeout may take (the group's, or the
   // operation's from its options); `engine_timeout`: the job's, after which shmdist itself
   // throws Timeout (with the best message), so waits use it when the two agree.
-  ShmWork(std::shared_ptr<Job> job, int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
-          std::chrono::milliseconds timeout);
+  // `rank`: the group rank torch's Work carries; `global_rank`: the one errors name.
+  ShmWork(std::shared_ptr<Job> job, int rank, int global_rank, c10d::OpType type,
+          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout);
   ~ShmWork() override;
 
   void add(shmdist::Work work) { works_.push_back(std::move(work)); }
@@ -55,6 +56,7 @@ class ShmWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<const std::vector<int>> members_;  // global ranks by group rank (receives)
   std::chrono::milliseconds timeout_;
+  int global_rank_;
   int source_ = -1;  // group rank of a completed receive's sender
 };
 

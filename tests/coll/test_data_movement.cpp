@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "coll_support.hpp"
@@ -169,6 +170,59 @@ BOOST_AUTO_TEST_CASE(invalid_arguments_on_one_member) {
                                 {"not a member"}, "non-member");
       pg.all_reduce(t);
       RANK_REQUIRE(t.equal(dist::full({4}, 3, dist::kInt32)));
+    }, p2p::job_options(mode));
+  }
+}
+
+// Issue 27.8: a tensor list whose entries have the element count of the call's tensor but
+// another shape is refused as gloo refuses it (before: accepted, the rows landing where the
+// user meant columns), on the member that passed it, naming its global rank and both
+// shapes; the others fail at once naming it; nothing is written; the group goes on.
+// all_to_all's lists have no shape to match (each pair's count is checked across members).
+BOOST_AUTO_TEST_CASE(list_entries_of_another_shape_are_refused) {
+  for (auto mode : all_modes()) {
+    expect_job_ok(3, [](dist::ProcessGroup& pg) {
+      using IA = dist::InvalidArgument;
+      const int me = pg.get_rank();
+      const std::string gloo_words = "invalid tensor size at index 1 (expected (3, 2), got (2, 3))";
+      const Tensor zeros = dist::zeros({3, 2}, dist::kFloat32);
+      // Rank 1's list has (2, 3) at index 1; every list has the right count and dtype.
+      auto list_of = [&](int rank) {
+        std::vector<Tensor> list;
+        for (int j = 0; j < 3; ++j)
+          list.push_back(dist::zeros(rank == 1 && j == 1 ? std::vector<std::int64_t>{2, 3}
+                                                         : std::vector<std::int64_t>{3, 2},
+                                     dist::kFloat32));
+        return list;
+      };
+      auto expect_refused = [&](const char* call, const std::function<void()>& fn) {
+        if (me == 1)
+          p2p::require_throws<IA>(fn, {call, "on rank 1, ", gloo_words, "shape of"}, "own");
+        else
+          p2p::require_throws<IA>(fn, {call, "group rank 1", "rejected its arguments"}, "others");
+      };
+      Tensor t = dist::full({3, 2}, me + 1, dist::kFloat32);
+      std::vector<Tensor> out = list_of(me);
+      expect_refused("all_gather", [&] { pg.all_gather(out, t); });
+      for (const Tensor& e : out) RANK_REQUIRE(e.equal(dist::zeros(e.sizes(), dist::kFloat32)));
+      std::vector<Tensor> gathered = list_of(me);
+      expect_refused("gather", [&] { pg.gather(t, gathered, 1); });
+      std::vector<Tensor> parts = list_of(me);
+      Tensor received = dist::zeros({3, 2}, dist::kFloat32);
+      expect_refused("scatter", [&] { pg.scatter(received, parts, 1); });
+      RANK_REQUIRE(received.equal(zeros));
+      expect_refused("reduce_scatter", [&] { pg.reduce_scatter(received, parts); });
+      RANK_REQUIRE(received.equal(zeros));
+      // The right shapes still work, and a list on a non-root is not looked at.
+      std::vector<Tensor> good = list_of(0);
+      pg.all_gather(good, t);
+      for (int j = 0; j < 3; ++j)
+        RANK_REQUIRE(good[j].equal(dist::full({3, 2}, j + 1, dist::kFloat32)));
+      std::vector<Tensor> root_list = me == 0 ? list_of(0) : list_of(1);
+      pg.gather(t, root_list, 0);
+      if (me == 0)
+        for (int j = 0; j < 3; ++j)
+          RANK_REQUIRE(root_list[j].equal(dist::full({3, 2}, j + 1, dist::kFloat32)));
     }, p2p::job_options(mode));
   }
 }

@@ -180,3 +180,31 @@ BOOST_AUTO_TEST_CASE(heat_example_matches_single_process_run) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Issue 27.11: a launch() rank's group serves the whole rank function, so initializing again
+// after destroy_process_group is refused, saying why and what to do (before: a silent no-op,
+// after which every call said "call init_process_group() first").
+BOOST_AUTO_TEST_CASE(init_again_after_destroy_in_a_launched_rank_is_refused_plainly) {
+  for (auto mode : all_modes()) {
+    BOOST_TEST_CONTEXT(mode_name(mode)) {
+      JobOptions o;
+      o.mode = mode;
+      expect_job_ok(2, [](dist::ProcessGroup& pg) {
+        const int rank = pg.get_rank();
+        dist::destroy_process_group();
+        bool refused = false;
+        try {
+          dist::init_process_group();
+        } catch (const dist::InvalidArgument& e) {
+          const std::string what = e.what();
+          refused = what.find("on rank " + std::to_string(rank) + ":") != std::string::npos &&
+                    what.find("launch()") != std::string::npos &&
+                    what.find("under shmrun a rank may initialize again") != std::string::npos;
+          if (!refused) throw;
+        }
+        RANK_REQUIRE(refused);
+        RANK_REQUIRE(!dist::is_initialized());
+      }, o);
+    }
+  }
+}

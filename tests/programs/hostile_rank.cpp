@@ -20,7 +20,8 @@
 //                                    (not blocked): the tests stop it with SIGSTOP.
 //   hostile_rank noinit              rank 1 never calls init_process_group (it sleeps); rank 0
 //                                    receives from it.
-//   hostile_rank reinit              init, destroy, init again: REINIT_ERROR type=... what=...
+//   hostile_rank reinit              3 rounds of init, all_reduce, destroy (2 ranks): ROUND n
+//                                    rank=R sum=S, or REINIT_ERROR round=n type=... what=...
 //   hostile_rank chatter KIB         writes KIB KiB without a newline, then exits 0.
 //
 // Every rank that joins prints "READY rank=R pid=P".
@@ -209,16 +210,25 @@ int noinit() {
   return recv_expecting_failure(1);
 }
 
+// Three rounds of init, all_reduce, destroy: each round's sum is printed.
 int reinit() {
-  dist::init_process_group("shm");
-  ready();
-  dist::destroy_process_group();
-  try {
-    dist::init_process_group("shm");
-    emit("UNEXPECTED what=second init_process_group returned");
-    return kExitUnexpected;
-  } catch (const std::exception& e) {
-    emit(std::string("REINIT_ERROR type=") + error_type(e) + " what=" + one_line(e.what()));
+  for (int round = 1; round <= 3; ++round) {
+    try {
+      dist::init_process_group("shm");
+    } catch (const std::exception& e) {
+      emit("REINIT_ERROR round=" + std::to_string(round) + " type=" + error_type(e) +
+           " what=" + one_line(e.what()));
+      return 0;
+    }
+    if (round == 1) ready();
+    const int rank = dist::get_rank();
+    dist::Tensor t = dist::full({3}, (rank + 1) * round, dist::kInt32);
+    dist::all_reduce(t);
+    dist::Group pair = dist::new_group({0, 1});
+    dist::all_reduce(t, dist::ReduceOp::SUM, pair);
+    emit("ROUND " + std::to_string(round) + " rank=" + std::to_string(rank) + " sum=" +
+         std::to_string(t.data<std::int32_t>()[0]));
+    dist::destroy_process_group();
   }
   return 0;
 }

@@ -170,6 +170,40 @@ def test_a_timed_out_barrier_pairs_only_with_the_same_call(tmp_path):
         assert f"AFTER rank={rank} [6.0, 6.0]" in text, results
 
 
+@pytest.mark.parametrize("form", ["all_reduce_coalesced", "manager"])
+def test_a_coalesced_call_refused_on_one_rank_fails_the_others_at_once(form):
+    """Issue 27.12: as a single call, a coalesced one refused on rank 0 fails on rank 1 at
+    once naming rank 0 (before: rank 1 waited out the group's timeout, 60 s here)."""
+    import torch
+    if form == "manager" and not torch.__version__.startswith("2."):
+        pytest.skip("torch 1.13 has no coalescing manager for all_reduce on CPU backends")
+    results = env_ranks(2, WORKERS / "reject_coalesced.py", form, timeout=180,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    text = "".join(r.stdout for r in results)
+    assert all(r.returncode == 0 for r in results), results
+    caught = {int(line.split()[1][5:]): line for line in text.splitlines()
+              if line.startswith("CAUGHT")}
+    assert set(caught) == {0, 1}, results
+    assert "InvalidArgument" in caught[0], caught[0]
+    assert "does not support tensors of dtype" in caught[0], caught[0]
+    assert "on rank 0" in caught[0], caught[0]
+    assert "InvalidArgument" in caught[1], caught[1]
+    assert "group rank 0" in caught[1] and "rejected its arguments" in caught[1], caught[1]
+    seconds = float(caught[1].split(" after ")[1].split("s:")[0])
+    assert seconds < 30, caught[1]  # not the group's timeout
+    assert "AFTER rank=0 [3.0, 3.0]" in text and "AFTER rank=1 [3.0, 3.0]" in text, results
+
+
+def test_init_again_after_destroy_under_shmrun(tmp_path):
+    """Issue 27.11: as with the C++ API (tests/hostile), a rank initializes again after
+    destroy_process_group under shmrun, three times; each round's sums are right."""
+    result = shmrun(2, WORKERS / "reinit.py", str(tmp_path), timeout=240)
+    assert result.returncode == 0, result
+    for round_ in (1, 2, 3):
+        for rank in (0, 1):
+            assert f"ROUND {round_} rank={rank} sum={6 * round_}" in result.stdout, result
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:
