@@ -15,8 +15,9 @@
 
 #if SHMDIST_HAVE_HWY
 
-// Every target Highway can build here, the portable EMU128 included (by default Highway
-// leaves out the targets the baseline already beats; the tests compare EMU128 too).
+// Every target Highway can build here, the portable fallback included (EMU128, or the
+// one-lane SCALAR where Highway deems EMU128 broken, as with GCC 12). By default Highway
+// leaves out the targets the baseline already beats; the tests compare the fallback too.
 #ifndef HWY_COMPILE_ALL_ATTAINABLE
 #define HWY_COMPILE_ALL_ATTAINABLE
 #endif
@@ -30,11 +31,16 @@ namespace shmdist::coll::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // How a dtype's elements are loaded into accumulator vectors (tag D) and stored back.
-// float32 and float64 are themselves; bfloat16 and float16 go through 32-bit integer lanes
-// with the bit recipes of tensor/half_bits.hpp, step for step.
+// float32 and float64 are themselves; bfloat16 (and float16 below AVX2) go through 32-bit
+// integer lanes with the bit recipes of tensor/half_bits.hpp, step for step.
+//
+// kWhichNaN: whether the result shows which NaN an addition or multiplication propagated
+// (its sign or payload). Not for bfloat16, whose every NaN is stored as 0x7fc0: there the
+// kernels skip the select that makes the first NaN win (the scalar path keeps it; same bits).
 struct F64 {
   using D = hn::ScalableTag<double>;
   static constexpr std::size_t kBytes = 8;
+  static constexpr bool kWhichNaN = true;
   static hn::Vec<D> load(D d, const std::byte* p) {
     return hn::LoadU(d, reinterpret_cast<const double*>(p));
   }
@@ -45,6 +51,7 @@ struct F64 {
 struct F32 {
   using D = hn::ScalableTag<float>;
   static constexpr std::size_t kBytes = 4;
+  static constexpr bool kWhichNaN = true;
   static hn::Vec<D> load(D d, const std::byte* p) {
     return hn::LoadU(d, reinterpret_cast<const float*>(p));
   }
@@ -86,15 +93,16 @@ HWY_INLINE VU shift_right_round_even(VU value, VU shift) {
 struct BF16 {
   using D = DF;
   static constexpr std::size_t kBytes = 2;
+  static constexpr bool kWhichNaN = false;
   static hn::Vec<D> load(D d, const std::byte* p) {
     return hn::BitCast(d, hn::ShiftLeft<16>(load_u16(p)));
   }
   // float_to_bfloat16_bits: round to nearest even by adding 0x7fff plus the kept lsb; every
   // NaN becomes 0x7fc0.
   static void store(D d, hn::Vec<D> v, std::byte* p) {
-    (void)d;
     const VU u = hn::BitCast(DU(), v);
-    const auto nan = greater(hn::And(u, k(0x7fffffffu)), k(0x7f800000u));
+    const auto nan = hn::RebindMask(DU(), hn::IsNaN(v));
+    (void)d;
     const VU bias = hn::Add(k(0x7fffu), hn::And(hn::ShiftRight<16>(u), k(1)));
     const VU rounded = hn::ShiftRight<16>(hn::Add(u, bias));
     store_u16(hn::IfThenElse(nan, k(0x7fc0u), rounded), p);
@@ -104,6 +112,24 @@ struct BF16 {
 struct F16 {
   using D = DF;
   static constexpr std::size_t kBytes = 2;
+  static constexpr bool kWhichNaN = true;  // the sign of a float16 NaN stays
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+  // Where Highway's float16 conversions are F16C's (AVX2 and better): vcvtph2ps widens
+  // exactly as half_bits_to_float does (subnormals exact, NaNs quieted, payload kept), and
+  // vcvtps2ph rounds to nearest even by its immediate (not MXCSR) as float_to_half_bits does,
+  // but keeps NaN payloads where c10 writes sign|0x7e00: NaN lanes are replaced by the quiet
+  // NaN of the same sign with no payload first, which converts to exactly that.
+  using D16 = hn::Rebind<hwy::float16_t, DF>;
+  static hn::Vec<D> load(D d, const std::byte* p) {
+    return hn::PromoteTo(d, hn::LoadU(D16(), reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  static void store(D d, hn::Vec<D> v, std::byte* p) {
+    const VU u = hn::BitCast(DU(), v);
+    const VU plain_nan = hn::Or(hn::And(u, k(0x80000000u)), k(0x7fc00000u));
+    const auto w = hn::IfThenElse(hn::IsNaN(v), hn::BitCast(d, plain_nan), v);
+    hn::StoreU(hn::DemoteTo(D16(), w), D16(), reinterpret_cast<hwy::float16_t*>(p));
+  }
+#else
   // half_bits_to_float: rebias normals; subnormals as mantissa * 2^-24 (exact); Inf/NaN with
   // the quiet bit set on NaNs, as c10's software conversion does.
   static hn::Vec<D> load(D d, const std::byte* p) {
@@ -146,17 +172,21 @@ struct F16 {
                                hn::Zero(DU())))));
     store_u16(hn::Or(sign, result), p);
   }
+#endif
 };
 
 // combine<D, Op> in reduce.cpp: SUM/PRODUCT with a NaN `a` compute a op a (a, quieted), so
 // that the first NaN in input order wins whichever operand order the compiler picks; MIN/MAX take b when a is not NaN and b is, or when b is
 // strictly smaller (larger); otherwise a (equal values, -0.0 against 0.0, keep a).
-template <ReduceOp Op, class V>
+template <ReduceOp Op, bool kWhichNaN, class V>
 HWY_INLINE V combine(V a, V b) {
+  if constexpr (kWhichNaN && (Op == ReduceOp::SUM || Op == ReduceOp::AVG ||
+                              Op == ReduceOp::PRODUCT))
+    b = hn::IfThenElse(hn::IsNaN(a), a, b);  // wrap_add, wrap_mul: a NaN `a` wins
   if constexpr (Op == ReduceOp::SUM || Op == ReduceOp::AVG) {
-    return hn::Add(a, hn::IfThenElse(hn::IsNaN(a), a, b));  // wrap_add: a NaN a wins
+    return hn::Add(a, b);
   } else if constexpr (Op == ReduceOp::PRODUCT) {
-    return hn::Mul(a, hn::IfThenElse(hn::IsNaN(a), a, b));
+    return hn::Mul(a, b);
   } else {
     const auto b_nan_first = hn::AndNot(hn::IsNaN(a), hn::IsNaN(b));
     const auto b_wins = Op == ReduceOp::MIN ? hn::Lt(b, a) : hn::Lt(a, b);
@@ -175,7 +205,8 @@ void reduce_typed(const std::byte* const* inputs, std::size_t n_inputs, std::byt
   [[maybe_unused]] const auto n = hn::Set(d, static_cast<T>(divisor));
   auto one_vector = [&](auto&& input_at) {
     auto acc = C::load(d, input_at(0));
-    for (std::size_t r = 1; r < n_inputs; ++r) acc = combine<Op>(acc, C::load(d, input_at(r)));
+    for (std::size_t r = 1; r < n_inputs; ++r)
+      acc = combine<Op, C::kWhichNaN>(acc, C::load(d, input_at(r)));
     if constexpr (Op == ReduceOp::AVG) acc = hn::Div(acc, n);
     return acc;
   };

@@ -1,12 +1,12 @@
 // Vector kernels for the floating reductions, chosen at run time for the CPU (Google Highway's
 // dynamic dispatch: AVX-512, AVX2, SSE4, SSSE3 on x86-64, NEON/SVE on aarch64, and Highway's
-// portable EMU128). They compute exactly what the scalar path in reduce.cpp computes, bit for
-// bit: the same left-to-right order over the inputs, float16 and bfloat16 widened exactly to
-// float32 and rounded once at the end (round to nearest even, NaN as c10 writes it: bfloat16
-// 0x7fc0, float16 sign|0x7e00), AVG as one IEEE division by the divisor, MIN/MAX with the
-// first NaN in input order winning. The conversions are integer code, like half_bits.hpp's,
-// not the CPU's: AVX-512-BF16's vcvtneps2bf16 flushes subnormals to zero and keeps NaN
-// payloads, F16C's vcvtps2ph keeps NaN payloads, so neither gives c10's bits.
+// portable fallback). They compute exactly what the scalar path in reduce.cpp computes, bit
+// for bit: the same left-to-right order over the inputs, float16 and bfloat16 widened exactly
+// to float32 and rounded once at the end (round to nearest even, NaN as c10 writes it:
+// bfloat16 0x7fc0, float16 sign|0x7e00), AVG as one IEEE division by the divisor, the first
+// NaN in input order winning. The bfloat16 conversions are integer code, like
+// half_bits.hpp's, not AVX-512-BF16's vcvtneps2bf16, which flushes subnormals to zero and
+// keeps NaN payloads; float16 uses F16C on AVX2 and better, with NaN lanes fixed up.
 // tests/coll/test_reduce_kernels.cpp compares every target this CPU runs with the scalar path.
 //
 // Built without Highway (CMake did not find it), has_kernel() is false everywhere and
@@ -39,7 +39,8 @@ std::string target_name();
 
 // For tests and benchmarks only (they change process-wide state, so no collective may run
 // meanwhile): every target compiled in and supported by this CPU, best first, the portable
-// EMU128 last; and pinning one of them (by id), or back to the best with id 0.
+// fallback (EMU128 or SCALAR) last; and pinning one of them (by id), or back to the best
+// with id 0.
 struct Target {
   std::string name;
   std::int64_t id;
