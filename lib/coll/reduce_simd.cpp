@@ -212,6 +212,23 @@ void reduce_typed(const std::byte* const* inputs, std::size_t n_inputs, std::byt
   };
   std::size_t off = 0;
   const std::size_t whole = count / lanes * step;
+  if (n_inputs == 2) {
+    // Two members, the common case: the pointers in registers (`out` is bytes, so the
+    // compiler must assume a store to it may change inputs[]) and two vectors per turn, both
+    // loaded before either is stored.
+    const std::byte* const a = inputs[0];
+    const std::byte* const b = inputs[1];
+    auto pair = [&](std::size_t at) {
+      auto x = combine<Op, C::kWhichNaN>(C::load(d, a + at), C::load(d, b + at));
+      if constexpr (Op == ReduceOp::AVG) x = hn::Div(x, n);
+      return x;
+    };
+    for (; off + 2 * step <= whole; off += 2 * step) {
+      const auto x0 = pair(off), x1 = pair(off + step);
+      C::store(d, x0, out + off);
+      C::store(d, x1, out + off + step);
+    }
+  }
   for (; off < whole; off += step)
     C::store(d, one_vector([&](std::size_t r) { return inputs[r] + off; }), out + off);
   const std::size_t rest = count * C::kBytes - whole;

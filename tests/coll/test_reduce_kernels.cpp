@@ -13,6 +13,10 @@
 #include <sstream>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "coll/reduce.hpp"
 #include "coll/reduce_simd.hpp"
 
@@ -130,12 +134,32 @@ void compare_once(std::mt19937_64& rng, const std::string& target, DType d, Redu
   }
 }
 
-struct PinnedTarget {
-  explicit PinnedTarget(std::int64_t id) { simd::pin_target(id); }
-  ~PinnedTarget() { simd::pin_target(0); }
-  PinnedTarget(const PinnedTarget&) = delete;
-  PinnedTarget& operator=(const PinnedTarget&) = delete;
-};
+void compare_every_target(std::uint64_t seed, const std::size_t* lengths, std::size_t n_lengths,
+                          bool min_max = true) {
+  std::vector<simd::Target> targets = simd::targets();
+  if (targets.empty()) targets.push_back({"none (scalar only)", 0});
+  std::mt19937_64 rng(seed);
+  struct Unpin {  // back to the best target, also when a comparison fails
+    ~Unpin() { simd::pin_target(0); }
+  } unpin;
+  for (const simd::Target& t : targets) {
+    BOOST_TEST_MESSAGE("comparing target " << t.name);
+    simd::pin_target(t.id);
+    if (t.id != 0) BOOST_REQUIRE_EQUAL(simd::target_name(), t.name);
+    for (const DType d : kAllDTypes) {
+      for (const ReduceOp op : kAllOps) {
+        if (shmdist::coll::unsupported(op, d)) continue;
+        if (!min_max && (op == ReduceOp::MIN || op == ReduceOp::MAX)) continue;
+        for (const int n : {1, 2, 3, 5})
+          for (std::size_t l = 0; l < n_lengths; ++l)
+            for (const std::size_t skew : {std::size_t{0}, element_size(d), std::size_t{1}})
+              for (const int alias : {0, 1, 2})
+                compare_once(rng, t.name, d, op, n, lengths[l], skew, alias);
+      }
+    }
+  }
+}
+
 
 }  // namespace
 
@@ -159,24 +183,29 @@ BOOST_AUTO_TEST_CASE(the_best_target_and_the_portable_one_are_compared) {
 }
 
 BOOST_AUTO_TEST_CASE(every_target_gives_the_scalar_paths_bits_for_every_dtype_and_op) {
-  std::vector<simd::Target> targets = simd::targets();
-  if (targets.empty()) targets.push_back({"none (scalar only)", 0});
   const std::size_t lengths[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127,
                                  129, 1000, 4099};
-  std::mt19937_64 rng(20261204);
-  for (const simd::Target& t : targets) {
-    BOOST_TEST_MESSAGE("comparing target " << t.name);
-    PinnedTarget pinned(t.id);
-    if (t.id != 0) BOOST_REQUIRE_EQUAL(simd::target_name(), t.name);
-    for (const DType d : kAllDTypes) {
-      for (const ReduceOp op : kAllOps) {
-        if (shmdist::coll::unsupported(op, d)) continue;
-        for (const int n : {1, 2, 3, 5})
-          for (const std::size_t count : lengths)
-            for (const std::size_t skew : {std::size_t{0}, element_size(d), std::size_t{1}})
-              for (const int alias : {0, 1, 2})
-                compare_once(rng, t.name, d, op, n, count, skew, alias);
-      }
-    }
-  }
+  compare_every_target(20261204, lengths, std::size(lengths));
+}
+
+// torch.set_flush_denormal(True) sets MXCSR's flush-to-zero and denormals-are-zero bits. The
+// scalar path's and the kernels' float arithmetic then flush alike (the same instructions),
+// and the conversions must not flush at all (the scalar path's are integer code, the
+// kernels' F16C ones ignore MXCSR). MIN/MAX are left out: whether they flush a subnormal
+// depends on whether the compiler picked minps/maxps (which do) or a compare and select
+// (which does not), in the scalar path as in any C++ code, so there is no one answer.
+BOOST_AUTO_TEST_CASE(with_denormals_flushed_too) {
+#if defined(__x86_64__) || defined(__i386__)
+  struct FlushDenormals {
+    unsigned saved = _mm_getcsr();
+    FlushDenormals() { _mm_setcsr(saved | 0x8040u); }  // FTZ (bit 15) and DAZ (bit 6)
+    ~FlushDenormals() { _mm_setcsr(saved); }
+    FlushDenormals(const FlushDenormals&) = delete;
+    FlushDenormals& operator=(const FlushDenormals&) = delete;
+  } flush;
+  const std::size_t lengths[] = {1, 7, 16, 17, 33, 65, 1000};
+  compare_every_target(7, lengths, std::size(lengths), /*min_max=*/false);
+#else
+  BOOST_TEST_MESSAGE("flush-to-zero is only exercised on x86 here");
+#endif
 }
