@@ -7,6 +7,7 @@
 //   shmrun -n 2 shmdist-bench idle        # CPU of a rank blocked in recv, % of one core
 //   shmrun -n N shmdist-bench allreduce   # also bcast, reduce, allgather, reduce_scatter,
 //                                         # alltoall: OSU style, float32, avg us per call
+//   shmrun -n 2 shmdist-bench --dtype bfloat16 allreduce   # the same bytes as bfloat16
 //
 // Only the public API is used, as a user program would: messages are uint8 tensors over
 // 64-byte aligned buffers (Tensor::from_blob), built once per message size.
@@ -36,6 +37,11 @@ class ShmdistComm {
   ShmdistComm(const ShmdistComm&) = delete;
   ShmdistComm& operator=(const ShmdistComm&) = delete;
 
+  void set_dtype(const std::string& name) {
+    dtype_ = name == "bfloat16" ? shmdist::kBFloat16
+             : name == "float16" ? shmdist::kFloat16
+                                 : shmdist::kFloat32;
+  }
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::string name() const { return "shmdist"; }
@@ -49,11 +55,13 @@ class ShmdistComm {
   int recv(Buffer& b, int src, int tag) { return shmdist::recv(b, src, {}, tag); }
   Request isend(const Buffer& b, int dst, int tag) { return shmdist::isend(b, dst, {}, tag); }
   Request irecv(Buffer& b, int src, int tag) { return shmdist::irecv(b, src, {}, tag); }
-  // Collectives on float32 tensors over the caller's buffers, built once per size.
+  // Collectives on tensors of dtype() over the caller's float buffers (`n` floats' bytes),
+  // built once per size.
   std::function<void()> prepare(bench::Collective k, float* in, float* out, std::size_t count) {
     using bench::Collective;
-    auto t = [](float* p, std::size_t n) {
-      return shmdist::Tensor::from_blob(p, {static_cast<std::int64_t>(n)}, shmdist::kFloat32);
+    auto t = [d = dtype_](float* p, std::size_t n) {
+      const std::size_t elements = n * sizeof(float) / shmdist::element_size(d);
+      return shmdist::Tensor::from_blob(p, {static_cast<std::int64_t>(elements)}, d);
     };
     const auto n = static_cast<std::size_t>(size_);
     switch (k) {
@@ -97,6 +105,7 @@ class ShmdistComm {
  private:
   int rank_ = 0;
   int size_ = 1;
+  shmdist::DType dtype_ = shmdist::kFloat32;
 };
 static_assert(bench::Comm<ShmdistComm>);
 static_assert(bench::CollComm<ShmdistComm>);
@@ -110,6 +119,7 @@ int main(int argc, char** argv) {
       "for example: shmrun -n 2 shmdist-bench latency");
   try {
     ShmdistComm comm;
+    comm.set_dtype(cmd.options.dtype);
     if (cmd.collective)
       bench::run_collective(comm, cmd.coll, cmd.options, comm.name(), comm.detail(),
                             [&](const std::string& why) { comm.fail(why); });

@@ -1,6 +1,6 @@
 // The command line shared by shmdist-bench and its MPI twin:
 //   PROGRAM [--min-size N] [--max-size N] [--iterations N] [--warmup N] [--window N]
-//           [--duration S] latency|bw|bibw|anysource|idle
+//           [--duration S] [--dtype float32|bfloat16|float16] latency|bw|bibw|anysource|idle
 //           | allreduce|bcast|reduce|allgather|reduce_scatter|alltoall
 // Options may come before or after the test name.
 #pragma once
@@ -48,6 +48,10 @@ inline Command parse_command_line(int argc, char** argv, const std::string& desc
       ->check(CLI::Range(0L, 100'000'000L));
   app.add_option("--window,-W", o.window, "bw/bibw/anysource: messages in flight per iteration")
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--dtype", o.dtype,
+                 "allreduce/reduce/reduce_scatter: element type, float32 (default), bfloat16 or "
+                 "float16 (shmdist-bench only); sizes stay in bytes")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--duration", o.idle_seconds, "idle: seconds a receive stays blocked (default 2)")
       ->check(CLI::Range(0.01, 3600.0));
   struct Entry {

@@ -6,6 +6,9 @@
 // reduce; each rank's contribution for allgather; each pair's message for alltoall; each
 // rank's whole input for reduce_scatter (every rank receives size / ranks of it).
 // After each size, one untimed call on fresh inputs is checked (exact small integers).
+// With --dtype bfloat16 or float16 (shmdist-bench), the library's prepare() views the same
+// bytes as twice as many 16-bit elements; that result is not checked here (tests/coll checks
+// every dtype bit for bit).
 #pragma once
 
 #include <functional>
@@ -119,7 +122,8 @@ void run_collective(C& c, Collective k, const Options& o, const std::string& nam
   const int me = c.rank(), n = c.size();
   if (me == 0) {
     print_title(name, collective_title(k), lib_detail);
-    std::printf("# [ ranks: %d ] [ float32; average time per call across ranks ]\n", n);
+    std::printf("# [ ranks: %d ] [ %s; average time per call across ranks ]\n", n,
+                opts.dtype.c_str());
     print_header("Avg Latency(us)");
   }
   for (const std::size_t size : sizes) {
@@ -145,7 +149,7 @@ void run_collective(C& c, Collective k, const Options& o, const std::string& nam
     detail::fill_inputs(k, in, out, me);
     if (k == Collective::Bcast && me != 0) std::fill(out.begin(), out.end(), -1.0f);
     call();
-    if (!detail::check_result(k, out, sh.count, me, n))
+    if (opts.dtype == "float32" && !detail::check_result(k, out, sh.count, me, n))
       fail(std::string(collective_title(k)) + ": rank " + std::to_string(me) +
            " got a wrong result at size " + std::to_string(size));
     const double avg = c.mean(total * 1e6 / static_cast<double>(loop.iterations));

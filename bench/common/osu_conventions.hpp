@@ -45,6 +45,9 @@ struct Options {
   long warmup = -1;      // untimed iterations before them, for every size
   int window = kDefaultWindow;
   double idle_seconds = 2.0;  // idle test: how long a receive stays blocked
+  // Collectives: the element type, "float32", "bfloat16" or "float16" (the 16-bit types only
+  // in shmdist-bench; MPI has none). Sizes stay in bytes.
+  std::string dtype = "float32";
 };
 
 struct LoopCount {

@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
       "shmdist-mpi-bench: shmdist-bench's loops over MPI. Run under mpirun, for example: "
       "mpirun -n 2 --mca btl self,vader shmdist-mpi-bench latency");
   MpiComm comm(&argc, &argv);
+  if (cmd.options.dtype != "float32")
+    comm.fail("--dtype " + cmd.options.dtype + ": MPI has no 16-bit floating type; this twin "
+              "measures float32 only");
   if (cmd.collective)
     bench::run_collective(comm, cmd.coll, cmd.options, comm.name(), comm.detail(),
                           [&](const std::string& why) { comm.fail(why); });

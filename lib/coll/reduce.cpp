@@ -2,6 +2,7 @@
 // wide type on the stack so that halves round once and the inner loops vectorize.
 
 #include "coll/reduce.hpp"
+#include "coll/reduce_simd.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -54,19 +55,24 @@ struct Accum<DType::BFloat16> {
 
 // Integer arithmetic goes through uint64 so that overflow wraps (no undefined behaviour);
 // converting back to a signed type is modular in C++20.
+//
+// Floating + and * with two NaN operands return one of them, and which one the hardware takes
+// depends on operand order, which the compiler is free to swap: so when `a` (the earlier
+// inputs) is NaN, b is replaced by a, and a op a is a, quieted. The first NaN in input order
+// wins, as in MIN/MAX, whatever code the compiler or the vector kernels emit.
 template <class A>
 A wrap_add(A a, A b) {
   if constexpr (std::is_integral_v<A>)
     return static_cast<A>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
   else
-    return a + b;
+    return a + (std::isnan(a) ? a : b);
 }
 template <class A>
 A wrap_mul(A a, A b) {
   if constexpr (std::is_integral_v<A>)
     return static_cast<A>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
   else
-    return a * b;
+    return a * (std::isnan(a) ? a : b);
 }
 template <class A>
 A min_of(A a, A b) {
@@ -219,6 +225,21 @@ std::optional<std::string> unsupported(ReduceOp op, DType dtype) {
 
 void reduce_in_order(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                      std::byte* out, std::size_t count, int divisor) {
+  if (inputs.empty() || count == 0) return;
+  // The vector kernels load a vector of every input before they store that vector of `out`:
+  // `out` may be an input, but must not overlap one partly (the scalar path's blocks cope).
+  if (simd::has_kernel(op, dtype)) {
+    const std::size_t bytes = count * element_size(dtype);
+    const bool fits = std::all_of(inputs.begin(), inputs.end(), [&](const std::byte* in) {
+      return in == out || disjoint(in, out, bytes);
+    });
+    if (fits) return simd::reduce(op, dtype, inputs, out, count, divisor);
+  }
+  reduce_in_order_scalar(op, dtype, inputs, out, count, divisor);
+}
+
+void reduce_in_order_scalar(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
+                            std::byte* out, std::size_t count, int divisor) {
   if (inputs.empty() || count == 0) return;
   switch (dtype) {
     case DType::Bool: return reduce_dtype<DType::Bool>(op, inputs, out, count, divisor);

@@ -5,6 +5,10 @@
 // is the SUM divided by the divisor (floating dtypes only); integer SUM and PRODUCT wrap
 // around as in torch; bool SUM/MAX/BOR are or, PRODUCT/MIN/BAND are and, BXOR is xor.
 // MIN/MAX on floating values propagate NaN (the first NaN in input order wins).
+//
+// SUM, AVG, PRODUCT, MIN and MAX on the floating dtypes run vector kernels chosen at run time
+// for the CPU (coll/reduce_simd.hpp) that compute bitwise what the scalar path computes;
+// reduce_in_order_scalar is that path, the reference the kernels are tested against.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +31,9 @@ std::optional<std::string> unsupported(ReduceOp op, DType dtype);
 // `divisor` is the group size, used by AVG. The op must be supported for the dtype.
 void reduce_in_order(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                      std::byte* out, std::size_t count, int divisor);
+
+// reduce_in_order without the vector kernels: the reference (tests, benchmarks).
+void reduce_in_order_scalar(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
+                            std::byte* out, std::size_t count, int divisor);
 
 }  // namespace shmdist::coll
