@@ -3,7 +3,8 @@
 ranks, timed along four paths in one process, rounds interleaved.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/overhead.py
-        [--backends shm,gloo,null] [--size 8] [--iterations 20000] [--rounds 5] [--count]
+        [--backends shm,gloo,null] [--op pingpong|allreduce] [--size 8] [--iterations 20000]
+        [--rounds 5] [--count]
 
 Paths, each a half round trip in us (one send on one rank, the matching recv on the other):
   dist     dist.send / dist.recv (torch's Python layer, distributed_c10d.py, then as below)
@@ -15,6 +16,10 @@ Paths, each a half round trip in us (one send on one rank, the matching recv on 
 Then the differences: torch's Python layer (dist - method), torch's binding layer (method -
 c10d), the backend's c10d adapter (c10d - shmdist) and the total Python-level overhead over
 the C++ call (dist - c10d). Each figure is the median over the rounds.
+
+--op allreduce times (or counts) an all_reduce (SUM) of a float32 tensor of --size bytes
+instead, along the same four paths (dist.all_reduce, group.allreduce([t]).wait(), c10d's
+allreduce in C++, shmdist's all_reduce in C++), per call.
 
 Backend "null" is the floor: a c10d::ProcessGroup in shmdist._C whose send and recv do
 nothing and return an already completed Work (registered here as "shmdist_null"; it moves no
@@ -36,7 +41,7 @@ NULL_BACKEND = "shmdist_null"  # the floor (see above): what torch.distributed i
 
 
 def make_paths(args, dist, group, t, peer):
-    """{path: run(pattern, n)} for the patterns "pingpong", "send" and "recv"."""
+    """{path: run(pattern, n)} for the patterns "pingpong", "send", "recv" and "allreduce"."""
     from shmdist import _C  # the C++ loops (any backend's ProcessGroup)
     me = dist.get_rank()
 
@@ -46,6 +51,12 @@ def make_paths(args, dist, group, t, peer):
         return (pattern,)
 
     def py_dist(pattern, n):
+        if pattern == "allreduce":
+            all_reduce = dist.all_reduce
+            start = time.perf_counter()
+            for _ in range(n):
+                all_reduce(t)
+            return time.perf_counter() - start
         ops = [(dist.send if s == "send" else dist.recv) for s in steps(pattern)]
         start = time.perf_counter()
         for _ in range(n):
@@ -55,6 +66,12 @@ def make_paths(args, dist, group, t, peer):
 
     def py_method(pattern, n):
         ts = [t]
+        if pattern == "allreduce":
+            allreduce = group.allreduce
+            start = time.perf_counter()
+            for _ in range(n):
+                allreduce(ts).wait()
+            return time.perf_counter() - start
         ops = [(group.send if s == "send" else group.recv) for s in steps(pattern)]
         start = time.perf_counter()
         for _ in range(n):
@@ -84,7 +101,10 @@ def worker(args):
     dist.init_process_group(backend=backend)
     me = dist.get_rank()
     group = dist.distributed_c10d._get_default_group()
-    t = torch.zeros(args.size, dtype=torch.uint8)
+    if args.op == "allreduce":
+        t = torch.zeros(max(1, args.size // 4), dtype=torch.float32)
+    else:
+        t = torch.zeros(args.size, dtype=torch.uint8)
     peer = 1 - me
     paths = make_paths(args, dist, group, t, peer)
     names = list(paths)
@@ -96,9 +116,10 @@ def worker(args):
         # includes waiting. Each path runs once uncounted first (lazy symbol binding, caches).
         other = torch.zeros(args.size, dtype=torch.uint8)
         go = torch.zeros(1, dtype=torch.uint8)
+        patterns = ("allreduce",) if args.op == "allreduce" else ("send", "recv")
         for counted in (False, True):
             for name in names:
-                for pattern in ("send", "recv"):
+                for pattern in patterns:
                     dist.barrier()
                     if me == 0:
                         if pattern == "recv":
@@ -108,6 +129,9 @@ def worker(args):
                         paths[name](pattern, n)
                         if counted:
                             _C._callgrind(f"{name}-{pattern}")
+                    elif pattern == "allreduce":  # rank 0's partner, ahead of it
+                        for _ in range(n):
+                            dist.all_reduce(t)
                     else:
                         for _ in range(n):
                             if pattern == "send":
@@ -122,7 +146,10 @@ def worker(args):
             for i in range(len(names)):
                 name = names[(i + rnd) % len(names)]  # rotate the order between rounds
                 dist.barrier()
-                seconds = paths[name]("pingpong", n)
+                if args.op == "allreduce":
+                    seconds = paths[name]("allreduce", n) * 2  # per call, not per half trip
+                else:
+                    seconds = paths[name]("pingpong", n)
                 if rnd:
                     figures[name].append(seconds * 1e6 / (2 * n))
         if me == 0:
@@ -150,7 +177,7 @@ def free_port():
 def run_backend(args, backend):
     port = str(free_port())
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend,
-           "--size", str(args.size), "--iterations", str(args.iterations),
+           "--op", args.op, "--size", str(args.size), "--iterations", str(args.iterations),
            "--rounds", str(args.rounds)] + (["--count"] if args.count else [])
     outdir = tempfile.mkdtemp(prefix="shmdist-overhead-") if args.count else None
     procs = []
@@ -183,8 +210,8 @@ REQUEST = "desc: Trigger: Client Request: "
 
 
 def read_counts(outdir, iterations, keep):
-    """{path: instructions per operation (average of its send and its recv)} from the dumps
-    callgrind wrote at each _C._callgrind("<path>-<send|recv>")."""
+    """{path: instructions per operation (average of its send and its recv, or its
+    allreduce)} from the dumps callgrind wrote at each _C._callgrind("<path>-<pattern>")."""
     per = {}
     for name in os.listdir(outdir):
         trigger, total = None, None
@@ -203,13 +230,15 @@ def read_counts(outdir, iterations, keep):
         print(f"# callgrind's files (callgrind_annotate FILE): {outdir}", file=sys.stderr)
     else:
         os.rmdir(outdir)
-    return {p: (v.get("send", 0) + v.get("recv", 0)) / 2 for p, v in per.items()}
+    return {p: sum(v.values()) / len(v) for p, v in per.items()}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default="shm,gloo,null", type=lambda s: s.split(","))
-    ap.add_argument("--size", type=int, default=8)
+    ap.add_argument("--op", choices=("pingpong", "allreduce"), default="pingpong",
+                    help="an 8-byte send/recv ping-pong (default) or an all_reduce (float32)")
+    ap.add_argument("--size", type=int, default=8, help="bytes (default 8)")
     ap.add_argument("--iterations", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=1800)
@@ -230,9 +259,15 @@ def main():
         print(f"overhead: cannot import torch and shmdist.torch ({e}); build the backend and "
               "set PYTHONPATH=<build>/python", file=sys.stderr)
         return 3
-    if args.count:
+    if args.count and args.op == "allreduce":
+        print(f"# {args.size}-byte float32 all_reduce on rank 0 of 2 under callgrind: "
+              f"instructions per call, {args.iterations} calls")
+    elif args.count:
         print(f"# {args.size}-byte send and recv on rank 0 under callgrind: instructions per "
               f"operation (mean of a send and a recv), {args.iterations} of each")
+    elif args.op == "allreduce":
+        print(f"# {args.size}-byte float32 all_reduce on 2 ranks, us per call, median of "
+              f"{args.rounds} interleaved rounds of {args.iterations}")
     else:
         print(f"# {args.size}-byte ping-pong, half a round trip in us, median of {args.rounds} "
               f"interleaved rounds of {args.iterations}")

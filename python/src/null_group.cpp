@@ -15,6 +15,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNull::recv(std::vector<at::Tensor>& t
   return completed_work(getRank(), c10d::OpType::RECV, tensors);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupNull::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions&) {
+  return completed_work(getRank(), c10d::OpType::ALLREDUCE, tensors);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNull::barrier(const c10d::BarrierOptions&) {
   return completed_work(getRank(), c10d::OpType::BARRIER, {});
 }

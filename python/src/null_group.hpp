@@ -1,5 +1,5 @@
 // The floor of a torch.distributed call (for bench/torch/overhead.py): a c10d backend
-// whose send, recv and barrier do nothing and return an already completed Work. Timed (or
+// whose send, recv, allreduce and barrier do nothing and return an already completed Work. Timed (or
 // counted) through torch.distributed exactly like backend "shm", it measures what torch's
 // Python layer, its bindings and its Work wrapping cost any backend, so that "shm"'s own
 // share is the difference. Not a backend for users: it moves no data.
@@ -22,6 +22,8 @@ class ProcessGroupNull : public BackendBase {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
                                       int tag) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 };
 

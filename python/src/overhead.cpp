@@ -18,14 +18,15 @@
 namespace shmdist::torch_backend {
 namespace {
 
-enum class Step { Send, Recv };
+enum class Step { Send, Recv, AllReduce };
 
 // The steps of one iteration on this rank.
 std::vector<Step> steps(const std::string& pattern, int me) {
   if (pattern == "send") return {Step::Send};
   if (pattern == "recv") return {Step::Recv};
-  TORCH_CHECK(pattern == "pingpong", "_cxx_loop: pattern is 'pingpong', 'send' or 'recv', got '",
-              pattern, "'");
+  if (pattern == "allreduce") return {Step::AllReduce};
+  TORCH_CHECK(pattern == "pingpong", "_cxx_loop: pattern is 'pingpong', 'send', 'recv' or "
+              "'allreduce', got '", pattern, "'");
   return me == 0 ? std::vector<Step>{Step::Send, Step::Recv}
                  : std::vector<Step>{Step::Recv, Step::Send};
 }
@@ -41,7 +42,10 @@ double cxx_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::str
   if (path == "c10d") {
     std::vector<at::Tensor> ts{tensor};
     for (int i = 0; i < iterations; ++i)
-      for (Step s : plan) (s == Step::Send ? pg->send(ts, peer, tag) : pg->recv(ts, peer, tag))->wait();
+      for (Step s : plan) {
+        if (s == Step::AllReduce) pg->allreduce(ts)->wait();  // SUM over the whole group
+        else (s == Step::Send ? pg->send(ts, peer, tag) : pg->recv(ts, peer, tag))->wait();
+      }
   } else {
     const auto backend = cpu_backend_of(pg);
     auto* shm = dynamic_cast<ProcessGroupShm*>(backend.get());
@@ -53,7 +57,8 @@ double cxx_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::str
     for (int i = 0; i < iterations; ++i)
       for (Step s : plan) {
         if (s == Step::Send) core.send(b.view, to, shm->group(), tag);
-        else core.recv(b.view, to, shm->group(), tag);
+        else if (s == Step::Recv) core.recv(b.view, to, shm->group(), tag);
+        else core.all_reduce(b.view, ReduceOp::SUM, shm->group());
       }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

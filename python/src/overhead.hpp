@@ -9,9 +9,10 @@
 namespace shmdist::torch_backend {
 
 // `iterations` times `pattern` ("pingpong" between group ranks 0 and 1, "send" or "recv") of
-// `tensor` with group rank `peer` on `tag`, in C++; returns seconds. path "c10d": through
-// c10d::ProcessGroup::send/recv and Work::wait (any backend); "shmdist": through shmdist's
-// blocking send/recv (backend "shm" only).
+// `tensor` with group rank `peer` on `tag`, or "allreduce" (SUM of `tensor` over the group;
+// `peer` and `tag` unused), in C++; returns seconds. path "c10d": through
+// c10d::ProcessGroup::send/recv/allreduce and Work::wait (any backend); "shmdist": through
+// shmdist's blocking send/recv/all_reduce (backend "shm" only).
 double cxx_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& path,
                 const std::string& pattern, at::Tensor tensor, int peer, int iterations, int tag);
 
