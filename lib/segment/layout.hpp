@@ -41,7 +41,9 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 enum class JobState : std::uint32_t { Running = 0, Aborted = 1 };
 
 // Why a job was aborted without a failed rank (SegmentHeader::abort_reason).
-enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2 };
+// SharedIdentity: a rendezvous found a second job started with the same identity (pg/
+// identity_claim.hpp); some of this job's ranks may be that job's.
+enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2, SharedIdentity = 3 };
 
 // SegmentHeader::flags
 inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
