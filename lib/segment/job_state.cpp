@@ -32,7 +32,7 @@ std::string describe_end(EndKind kind, int code) {
 std::string describe_rank_end(const Segment& seg, int rank) {
   const RankControl& rc = seg.rank_control(rank);
   const auto kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
-  std::string who = "rank " + std::to_string(rank);
+  std::string who = "rank " + std::to_string(seg.rank_name(rank));
   if (const int pid = rc.pid.load(std::memory_order_relaxed); pid > 0)
     who += " (pid " + std::to_string(pid) + ")";
   return who + " " + describe_end(kind, rc.end_code.load(std::memory_order_relaxed));
@@ -61,7 +61,7 @@ std::string describe_job_failure(const Segment& seg) {
   }
   const auto kind = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
   const int code = h.failed_code.load(std::memory_order_relaxed);
-  std::string who = "rank " + std::to_string(rank);
+  std::string who = "rank " + std::to_string(seg.rank_name(rank));
   if (const int pid = seg.rank_control(rank).pid.load(std::memory_order_relaxed); pid > 0)
     who += " (pid " + std::to_string(pid) + ")";
   return "peer failure: " + who + " " + describe_end(kind, code) +

@@ -151,10 +151,8 @@ PeerState RoutingTransport::peer_state(int peer) {
   const int l = local(peer);
   if (l < 0) return remote_->peer_state(peer);
   PeerState st = local_->peer_state(l);
-  // The local transport names ranks by their index in this host's segment.
-  if (!st.how.empty())
-    st.how = "global rank " + std::to_string(peer) + " on host '" + hosts_[peer] +
-             "' (local rank " + std::to_string(l) + " there): " + st.how;
+  // The local transport names ranks by their global rank (Segment::name_ranks); add the host.
+  if (!st.how.empty()) st.how = "on host '" + hosts_[peer] + "': " + st.how;
   return st;
 }
 
