@@ -167,6 +167,11 @@ void RoutingTransport::report_failure(int peer) {
   else remote_->report_failure(peer);
 }
 
+void RoutingTransport::note_failure_cause(int peer) {
+  // A segment records causes among its own ranks; a remote peer's end is mpirun's to report.
+  if (const int l = local(peer); l >= 0) local_->note_failure_cause(l);
+}
+
 void RoutingTransport::mark_finalized() {
   local_->mark_finalized();
   remote_->mark_finalized();

@@ -500,6 +500,10 @@ void ShmTransport::report_failure(int peer) {
   segment::record_job_failure(*segment_, peer, segment::EndKind::Vanished, 0);
 }
 
+void ShmTransport::note_failure_cause(int peer) {
+  segment::record_failure_cause(*segment_, rank_, peer);
+}
+
 // A seqlock: the odd version, then (release fence) the fields, then the even version with
 // release; the launcher reads version (acquire), fields, fence (acquire), version again, and
 // retries if they differ or are odd, so it never uses a half-written record.

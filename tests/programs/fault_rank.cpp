@@ -7,6 +7,9 @@
 //                                  blocked-on records show every other rank blocked in
 //                                  recv, says DYING and ends as told. The others must get PeerFailure: they print
 //                                  it, destroy the group and exit 42.
+//   fault_rank chain HOW           3 ranks: rank 1 dies as told (as in die) while rank 2
+//                                  receives from it and rank 0 from rank 2; rank 2 leaves on
+//                                  its PeerFailure at once (exit 42), rank 0 reports its own.
 //   fault_rank hang                rank r receives from rank r+1 (mod n): a wait-for cycle.
 //                                  PeerFailure (the launcher's abort) -> exit 42.
 //   fault_rank timeout MS          rank 0 receives from rank 1, which sends nothing, with a
@@ -76,10 +79,12 @@ bool others_blocked_in_recv() {
   }
 }
 
-int die(int victim, const std::string& how) {
-  dist::init_process_group("shm");
-  say_ready();
-  dist::barrier();
+int die(int victim, const std::string& how, bool after_barrier = false) {
+  if (!after_barrier) {
+    dist::init_process_group("shm");
+    say_ready();
+    dist::barrier();
+  }
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
   if (rank == victim) {
@@ -106,6 +111,25 @@ int die(int victim, const std::string& how) {
     dist::recv(t, src);
   } catch (const dist::PeerFailure& e) {
     return caught(e, true);
+  }
+  emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
+  return kExitUnexpected;
+}
+
+// 3 ranks: rank 1 dies as told once the others are blocked; rank 2, receiving from it, gets
+// PeerFailure and leaves at once (exit 42, no destroy); rank 0 receives from rank 2 and must
+// be told about rank 1, the root cause, not about rank 2.
+int chain(const std::string& how) {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  const int rank = dist::get_rank();
+  if (rank == 1) return die(1, how, /*after_barrier=*/true);
+  dist::Tensor t = dist::zeros(16, dist::kFloat);
+  try {
+    dist::recv(t, rank == 2 ? 1 : 2);
+  } catch (const dist::PeerFailure& e) {
+    return caught(e, /*destroy=*/rank == 0);
   }
   emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
   return kExitUnexpected;
@@ -248,6 +272,7 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "die" && argc == 4) return die(std::atoi(argv[2]), argv[3]);
     if (mode == "hang") return hang();
+    if (mode == "chain" && argc == 3) return chain(argv[2]);
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
     if (mode == "sum" && argc == 3) return sum(std::atoll(argv[2]));
