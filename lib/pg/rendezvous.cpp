@@ -136,12 +136,14 @@ NamedObject join_claimed(const std::string& name, int rank, const std::string& w
       }
       return obj;
     }
-    if (holder.started)
+    if (holder.started) {
+      mark_contested(name);  // our own rank 0, if it claims the identity later, must not wait
       throw SetupError(shared_identity_error(
           job_id, world,
           who + " cannot join the job '" + job_id + "': a job with that identity, whose rank "
           "0 is process " + std::to_string(holder.pid) + ", is already running with all " +
           std::to_string(world) + " of its ranks"));
+    }
     // A contest while we waited: our rank 0 may have lost it (and will never come).
     if (contested_at(name) >= began_ns)
       throw SetupError(shared_identity_error(
@@ -244,15 +246,19 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     return seg->header().job_state.load(std::memory_order_acquire) ==
            static_cast<std::uint32_t>(segment::JobState::Aborted);
   };
-  // Rank 0: a second rank 0 of this identity told us it exists. Some ranks that joined (or
-  // will) may be its job's: abort ours, before any rank of it runs a call.
-  auto check_collision = [&] {
-    if (!claim || !claim->collision_reported()) return;
+  // Rank 0: a second rank 0 of this identity told us it exists, or a contest over it was
+  // marked since this process started (a rank of ours may have failed on it: it would never
+  // come). Some ranks that joined (or will) may be the other job's: abort ours, before any
+  // rank of it runs a call.
+  auto check_collision = [&](bool look_at_mark) {
+    if (!claim) return;
+    if (!claim->collision_reported() && !(look_at_mark && contested_at(name) >= began_ns))
+      return;
     abort_shared_identity(*seg, name);
     remove_name_of(obj.fd, name);
     throw SetupError(shared_identity_error(
         job_id, world, "rank 0 of the job '" + job_id + "' (pid " + std::to_string(getpid()) +
-                           ") learned that another process started as its rank 0"));
+                           ") learned that another job with its identity was started"));
   };
   auto next_check = Clock::now();
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {
@@ -265,7 +271,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
         throw SetupError(rank_text(rank) + " of the job '" + job_id + "': " + why);
       throw PeerFailure(why);
     }
-    check_collision();
+    check_collision(/*look_at_mark=*/now >= next_check);
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
       int pid = 0;
@@ -293,7 +299,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   if (claim) {
-    check_collision();     // the last word of a second rank 0 that came while we met
+    check_collision(true);  // the last word of a contest that came while we met
     claim->mark_started();  // before the name goes: a rank arriving later fails at once
     clear_contested(name, began_ns);  // a contest before our claim concerns no one now
   }
