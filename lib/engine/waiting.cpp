@@ -121,31 +121,43 @@ void Engine::check_failures(const WaitFocus& focus) {
   };
   const bool receiving =
       focus.op == kBlockedRecv || focus.op == kBlockedWait || focus.op == kBlockedBarrier;
-  if (receiving && focus.peer >= 0 && focus.peer != rank() && silent(focus.peer))
+  if (receiving && focus.peer >= 0 && focus.peer != rank() && silent(focus.peer)) {
+    transport_->note_failure_cause(focus.peer);
     throw PeerFailure("rank " + std::to_string(focus.peer) +
                       " has finalized (destroy_process_group) or exited, and will send nothing "
                       "more; " + describe(focus) + " can never complete");
+  }
   if (receiving && focus.peer < 0 && focus.candidates) {
     bool any_alive = false;
-    for (int p : *focus.candidates)
-      if (p != rank() && !silent(p)) any_alive = true;
-    if (!any_alive)
+    int first_silent = -1;
+    for (int p : *focus.candidates) {
+      if (p == rank()) continue;
+      if (!silent(p)) any_alive = true;
+      else if (first_silent < 0) first_silent = p;
+    }
+    if (!any_alive) {
+      if (first_silent >= 0) transport_->note_failure_cause(first_silent);
       throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
                         " can never complete");
+    }
   }
   if (focus.task) {
     std::vector<int> awaited;
     focus.task->awaited_peers(awaited);
     for (int p : awaited)
-      if (p != rank() && silent(p))
+      if (p != rank() && silent(p)) {
+        transport_->note_failure_cause(p);
         throw PeerFailure("rank " + std::to_string(p) +
                           " has finalized (destroy_process_group) or exited without taking part; " +
                           describe(focus) + " can never complete");
+      }
   }
   if (focus.op == kBlockedSend && focus.peer >= 0) {
     const auto st = transport_->peer_state(focus.peer);
-    if (st.status == transport::PeerStatus::Gone)
+    if (st.status == transport::PeerStatus::Gone) {
+      transport_->note_failure_cause(focus.peer);
       throw PeerFailure(st.how + " without receiving; " + describe(focus) + " cannot complete");
+    }
   }
 }
 

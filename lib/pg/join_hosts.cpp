@@ -65,8 +65,9 @@ std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
         rank, local_members, hosts, std::move(shm), transport::make_mpi_transport(session, remote));
   };
   // One segment per host, named from the job and the host identity.
+  // Its slots are numbered by local rank; every text names the global rank.
   return join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
-                            mpi_job_id() + "/host:" + me, options, config, wrap);
+                            mpi_job_id() + "/host:" + me, options, config, wrap, local_members);
 }
 
 }  // namespace shmdist::detail

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
 #include "pg/config.hpp"
 #include "pg/env.hpp"
+#include "pg/identity_claim.hpp"
 #include "pg/process_alive.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "segment/job_state.hpp"
@@ -25,24 +28,6 @@ std::uint64_t fnv1a64(const std::string& s) {
     h *= 1099511628211ull;
   }
   return h;
-}
-
-// A segment is stale when no live job can still be using its name: everyone already
-// attached (the name should be gone), its creator died, or our rank's slot belongs to a
-// dead process. Throws if a live process holds our rank: two jobs share one identity.
-bool is_stale(const segment::Segment& seg, int rank, const std::string& job_id) {
-  const auto& h = seg.header();
-  if (h.attached.load(std::memory_order_acquire) >= h.world_size) return true;
-  if (!process_alive(h.creator_pid)) return true;
-  const auto& rc = seg.rank_control(rank);
-  if (rc.state.load(std::memory_order_acquire) != 0) {
-    const int pid = rc.pid.load(std::memory_order_relaxed);
-    if (!process_alive(pid)) return true;
-    throw SetupError("rank " + std::to_string(rank) + " of the job '" + job_id +
-                     "' is already taken by the live process " + std::to_string(pid) +
-                     ": two jobs use the same identity. Give each job its own MASTER_PORT.");
-  }
-  return false;
 }
 
 }  // namespace
@@ -77,32 +62,109 @@ namespace {
 constexpr const char* kRemedy =
     "give this job another identity (MASTER_ADDR/MASTER_PORT for torchrun-style jobs)";
 
-// Finds or creates the job's segment. Returns it with its object held open.
-NamedObject find_or_create(const std::string& name, int rank, int world, std::uint64_t ring_size,
+// Marks the segment's job aborted because a second job has its identity: every rank in it
+// fails (those still meeting with SetupError, those already past with PeerFailure), so that
+// no rank ever runs with ranks of the other job. record_job_abort's release store of the job
+// state publishes the reason to every rank's acquire load of it.
+// Ranks still waiting for their rank 0 learn of it from the contest mark.
+void abort_shared_identity(const segment::Segment& seg, const std::string& name) {
+  segment::record_job_abort(seg, segment::AbortReason::SharedIdentity);
+  mark_contested(name);
+}
+
+std::string shared_identity_error(const std::string& job_id, int world, const std::string& what) {
+  return what + ": two jobs were started with the job identity '" + job_id + "' (world size " +
+         std::to_string(world) +
+         "), and a rank cannot tell whose ranks it meets, so both stop. Give each job its own "
+         "identity (its own MASTER_PORT for torchrun-style variables, or start it with "
+         "shmrun) and start it again.";
+}
+
+// Rank 0, holding the identity's claim: creates a fresh segment under `name`. Whatever is
+// under the name already was left by an earlier job of this identity (nobody else can hold
+// the claim, and only its holder creates): it is replaced. Returns it with its object held
+// open.
+NamedObject create_claimed(const std::string& name, int world, std::uint64_t ring_size,
                            const std::string& job_id, Clock::time_point deadline) {
   for (;;) {
     NamedObject obj = create_named_object(name, world, ring_size);
     if (obj.fd >= 0) {
-      // Created. If a joiner took our object for abandoned in the instant before we locked
-      // it, its name is gone (or already someone else's): start over with a fresh one.
+      // Created. If a rank of an earlier job removed the name in the instant before we
+      // locked the object, start over with a fresh one.
       if (still_named(obj.fd, name)) return obj;
       continue;
     }
-    obj = open_named_object(name, world, kRemedy);
-    if (obj.segment) {
-      if (!is_stale(*obj.segment, rank, job_id)) return obj;
-      remove_name_of(obj.fd, name, "replacing the stale segment '" + name +
-                                        "' left by a crashed job");
+    // Refuses (throws) another user's object and another shmdist version's segment.
+    NamedObject old = open_named_object(name, world, kRemedy);
+    if (old.segment) {
+      remove_name_of(old.fd, name,
+                     "replacing the stale segment '" + name + "' left by an earlier job with "
+                     "the identity '" + job_id + "' (no live rank 0 holds that identity any "
+                     "more)");
       continue;
     }
-    // Incomplete or invalid (its creator died before finishing it): replaced once nobody
-    // holds its creation lock.
-    if (obj.fd >= 0 && remove_if_abandoned(obj.fd, name)) continue;
+    // Incomplete or invalid: replaced once nobody holds its creation lock.
+    if (old.fd >= 0 && remove_if_abandoned(old.fd, name)) continue;
+    if (old.fd < 0) continue;  // gone meanwhile
     if (Clock::now() >= deadline)
-      throw SetupError("rank " + std::to_string(rank) + " could not join the job '" + job_id +
-                       "' on segment '" + name + "' within the timeout" +
-                       (obj.invalid.empty() ? std::string() : " (" + obj.invalid + ")") +
+      throw SetupError("rank 0 could not create the segment '" + name + "' of the job '" +
+                       job_id + "' within the timeout" +
+                       (old.invalid.empty() ? std::string() : " (" + old.invalid + ")") +
                        "; " + kRemedy);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Any other rank: waits for the segment created by the process that holds the identity's
+// claim, and returns it with its object held open. `who` names this rank in texts.
+NamedObject join_claimed(const std::string& name, int rank, const std::string& who, int world,
+                         const std::string& job_id, Clock::time_point deadline,
+                         std::int64_t began_ns) {
+  for (;;) {
+    // Refuses (throws) another user's object and another shmdist version's segment.
+    NamedObject obj = open_named_object(name, world, kRemedy);
+    const ClaimHolder holder = claim_holder(name, job_id);
+    const bool claimed = holder.pid > 0 && obj.segment &&
+                         static_cast<int>(obj.segment->header().creator_pid) == holder.pid;
+    if (claimed) {
+      // Our slot already taken by another process: two processes are this rank of this
+      // identity, so two jobs share it. The job being formed may hold ranks of both.
+      const auto& rc = obj.segment->rank_control(rank);
+      if (rc.state.load(std::memory_order_acquire) != 0) {
+        const int pid = rc.pid.load(std::memory_order_relaxed);
+        abort_shared_identity(*obj.segment, name);
+        remove_name_of(obj.fd, name);
+        throw SetupError(shared_identity_error(
+            job_id, world,
+            who + " of the job '" + job_id + "' is already taken by the live process " +
+                (pid > 0 ? std::to_string(pid) : std::string("(starting)")) +
+                " in the segment of rank 0 (pid " + std::to_string(holder.pid) + ")"));
+      }
+      return obj;
+    }
+    if (holder.started) {
+      mark_contested(name);  // our own rank 0, if it claims the identity later, must not wait
+      throw SetupError(shared_identity_error(
+          job_id, world,
+          who + " cannot join the job '" + job_id + "': a job with that identity, whose rank "
+          "0 is process " + std::to_string(holder.pid) + ", is already running with all " +
+          std::to_string(world) + " of its ranks"));
+    }
+    // A contest while we waited: our rank 0 may have lost it (and will never come).
+    if (contested_at(name) >= began_ns)
+      throw SetupError(shared_identity_error(
+          job_id, world,
+          who + " waited for its rank 0 while a second job with the identity '" + job_id +
+              "' was found"));
+    if (Clock::now() >= deadline)
+      throw SetupError(
+          who + " could not join the job '" + job_id + "' on segment '" + name +
+          "' within the timeout: " +
+          (holder.pid > 0 ? "its rank 0 (pid " + std::to_string(holder.pid) +
+                                ") holds the job identity but has no segment ready"
+                          : std::string("no rank 0 holds the job identity (is rank 0 running, "
+                                        "with the same identity and world size?)")) +
+          (obj.invalid.empty() ? std::string() : " (" + obj.invalid + ")") + "; " + kRemedy);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
@@ -126,26 +188,96 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
                                                        const config::Config& config,
-                                                       const TransportWrap& wrap) {
+                                                       const TransportWrap& wrap,
+                                                       const std::vector<int>& global_of) {
   const std::string name = rendezvous_name(job_id, world, config.shm_tag);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
-  NamedObject obj = find_or_create(name, rank, world, ring_size, job_id, deadline);
+  // A contest over our identity since this process started concerns us (rendezvous_object.hpp),
+  // unless it came before this process's previous rendezvous ended.
+  static std::atomic<std::int64_t> last_rendezvous_end{0};
+  const std::int64_t began_ns =
+      std::max(process_start_ns(), last_rendezvous_end.load(std::memory_order_relaxed));
+  struct NoteEnd {
+    // Relaxed: the value stands alone (nothing else is published with it).
+    ~NoteEnd() { last_rendezvous_end.store(contest_clock_ns(), std::memory_order_relaxed); }
+  } note_end;
+  // Texts name global ranks (a job across hosts numbers a host's ranks from 0 here).
+  auto rank_text = [&](int r) {
+    return "rank " + std::to_string(r >= 0 && r < static_cast<int>(global_of.size())
+                                        ? global_of[r]
+                                        : r);
+  };
+  // Rank 0 claims the identity for as long as its group lives (see identity_claim.hpp);
+  // the others join only the segment of the claim's holder.
+  std::shared_ptr<IdentityClaim> claim;
+  NamedObject obj;
+  if (rank == 0) {
+    try {
+      claim = IdentityClaim::take(name, job_id, world);
+    } catch (const SetupError&) {
+      mark_contested(name);  // our other ranks must not wait for us
+      throw;
+    }
+    obj = create_claimed(name, world, ring_size, job_id, deadline);
+  } else {
+    obj = join_claimed(name, rank, rank_text(rank), world, job_id, deadline, began_ns);
+  }
   auto seg = obj.segment;
-  auto impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
-                                                   /*supervised=*/false, wrap);
+  if (!global_of.empty()) seg->name_ranks(global_of);
+  std::shared_ptr<ProcessGroup::Impl> impl;
+  try {
+    impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
+                                                /*supervised=*/false, wrap);
+  } catch (const SetupError&) {
+    // Another process took our slot between join_claimed's look and our claim of it: two
+    // processes are this rank of this identity (see join_claimed).
+    if (static_cast<int>(seg->rank_control(rank).pid.load(std::memory_order_relaxed)) !=
+            getpid() &&
+        seg->rank_control(rank).state.load(std::memory_order_acquire) != 0) {
+      abort_shared_identity(*seg, name);
+      remove_name_of(obj.fd, name);
+      throw SetupError(shared_identity_error(
+          job_id, world, rank_text(rank) + " of the job '" + job_id +
+                             "' was taken by another process at the same moment"));
+    }
+    throw;
+  }
+  if (claim) impl->after_destroy = [claim] { claim->release(); };
   // Wait for the full set, watching those who joined: a rank that dies now fails the job
   // at once (no launcher would tell us). The name goes as soon as everyone has attached,
   // or as soon as the job cannot start any more.
   auto& attached = seg->header().attached;
+  auto aborted = [&] {
+    return seg->header().job_state.load(std::memory_order_acquire) ==
+           static_cast<std::uint32_t>(segment::JobState::Aborted);
+  };
+  // Rank 0: a second rank 0 of this identity told us it exists, or a contest over it was
+  // marked since this process started (a rank of ours may have failed on it: it would never
+  // come). Some ranks that joined (or will) may be the other job's: abort ours, before any
+  // rank of it runs a call.
+  auto check_collision = [&](bool look_at_mark) {
+    if (!claim) return;
+    if (!claim->collision_reported() && !(look_at_mark && contested_at(name) >= began_ns))
+      return;
+    abort_shared_identity(*seg, name);
+    remove_name_of(obj.fd, name);
+    throw SetupError(shared_identity_error(
+        job_id, world, "rank 0 of the job '" + job_id + "' (pid " + std::to_string(getpid()) +
+                           ") learned that another job with its identity was started"));
+  };
   auto next_check = Clock::now();
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {
     const auto now = Clock::now();
-    if (seg->header().job_state.load(std::memory_order_acquire) ==
-        static_cast<std::uint32_t>(segment::JobState::Aborted)) {
+    if (aborted()) {
       remove_name_of(obj.fd, name);
-      throw PeerFailure(segment::describe_job_failure(*seg));
+      const std::string why = segment::describe_job_failure(*seg);
+      if (seg->header().abort_reason.load(std::memory_order_acquire) ==
+          static_cast<std::uint32_t>(segment::AbortReason::SharedIdentity))
+        throw SetupError(rank_text(rank) + " of the job '" + job_id + "': " + why);
+      throw PeerFailure(why);
     }
+    check_collision(/*look_at_mark=*/now >= next_check);
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
       int pid = 0;
@@ -155,7 +287,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
         if (dead >= 0) segment::record_job_failure(*seg, dead, segment::EndKind::Vanished, 0);
         remove_name_of(obj.fd, name);
         throw PeerFailure(
-            (dead >= 0 ? "rank " + std::to_string(dead) + " (pid " + std::to_string(pid) + ")"
+            (dead >= 0 ? rank_text(dead) + " (pid " + std::to_string(pid) + ")"
                        : "the process that created the segment (pid " + std::to_string(pid) +
                              ")") +
             " of the job '" + job_id + "' died during the rendezvous, when " +
@@ -171,6 +303,11 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                        " ms; check that every rank was started with the same world size");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (claim) {
+    check_collision(true);  // the last word of a contest that came while we met
+    claim->mark_started();  // before the name goes: a rank arriving later fails at once
+    clear_contested(name, began_ns);  // a contest before our claim concerns no one now
   }
   remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();

@@ -1,12 +1,16 @@
 // Joining a job whose ranks were started by another launcher (torchrun, mpirun, PMI): the
-// ranks meet on a shared segment named from the job's identity and the user id. The first
-// rank creates it, the others attach, all wait for the full set; the name is removed as soon
-// as every rank has attached. A stale segment left by a crashed job is replaced, not joined.
+// ranks meet on a shared segment named from the job's identity and the user id. Rank 0 claims
+// the identity (pg/identity_claim.hpp) and creates the segment, replacing whatever an earlier
+// job of that identity left; the others attach to the segment of the claim's holder only; all
+// wait for the full set; the name is removed as soon as every rank has attached. Two jobs
+// started with one identity never run together: the second one's rank 0 fails, and a job
+// still forming when that happens (or whose rank finds its slot taken) is aborted.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pg/impl.hpp"
 
@@ -27,10 +31,12 @@ std::string rendezvous_name(const std::string& job_id, int world_size);
 // rank has attached, which no launcher watches.
 int dead_participant(const segment::Segment& seg, int self, int& pid);
 
+// `global_of` (a job across hosts: the global rank of each local rank) names ranks in texts.
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
                                                        const config::Config& config,
-                                                       const TransportWrap& wrap = {});
+                                                       const TransportWrap& wrap = {},
+                                                       const std::vector<int>& global_of = {});
 
 }  // namespace shmdist::detail

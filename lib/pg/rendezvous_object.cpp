@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 #include <shmdist/errors.hpp>
@@ -185,6 +186,63 @@ void remove_name_of(int fd, const std::string& name, const std::string& notice) 
   if (!lock.held || !still_named(fd, name)) return;
   if (!notice.empty()) std::fprintf(stderr, "shmdist: %s\n", notice.c_str());
   shm_unlink(name.c_str());
+}
+
+namespace {
+std::string contest_name(const std::string& name) { return name + "-contested"; }
+}  // namespace
+
+std::int64_t contest_clock_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t process_start_ns() {
+  // Field 22 of /proc/self/stat, after "pid (comm) ": clock ticks since boot.
+  FILE* f = std::fopen("/proc/self/stat", "re");
+  if (!f) return 0;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  unsigned long long ticks = 0;
+  // After ')': state (field 3) ... starttime (field 22): skip 19 fields.
+  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                         "%*d %*d %llu", &ticks) != 1)
+    return 0;
+  const long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? static_cast<std::int64_t>(ticks) * (1'000'000'000 / hz) : 0;
+}
+
+void mark_contested(const std::string& name) {
+  const int fd = shm_open(contest_name(name).c_str(), O_RDWR | O_CREAT, 0600);
+  if (fd < 0) return;  // best effort: a rank that misses it waits until its timeout
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0) {
+    const std::int64_t now = contest_clock_ns();
+    [[maybe_unused]] const ssize_t n = pwrite(fd, &now, sizeof now, 0);
+  }
+  ::close(fd);
+}
+
+std::int64_t contested_at(const std::string& name) {
+  const int fd = shm_open(contest_name(name).c_str(), O_RDONLY, 0);
+  if (fd < 0) return 0;
+  std::int64_t at = 0;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077) != 0 ||
+      pread(fd, &at, sizeof at, 0) != static_cast<ssize_t>(sizeof at))
+    at = 0;
+  ::close(fd);
+  return at;
+}
+
+void clear_contested(const std::string& name, std::int64_t before_ns) {
+  const std::int64_t at = contested_at(name);
+  if (at != 0 && at < before_ns) shm_unlink(contest_name(name).c_str());
 }
 
 }  // namespace shmdist::detail

@@ -18,6 +18,7 @@
 // newer job's segment.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -78,5 +79,21 @@ bool remove_if_abandoned(int fd, const std::string& name);
 // The one path that removes a rendezvous name: under the object's lock, and only if the
 // name still refers to it. `notice`, if not empty, is printed to stderr when it does.
 void remove_name_of(int fd, const std::string& name, const std::string& notice = {});
+
+// The mark a contest over a job identity leaves (pg/identity_claim.hpp): "<name>-contested",
+// a tiny object holding the time of the last contest (CLOCK_BOOTTIME, ns: the clock process
+// start times count on). A rank waiting for its rank 0 that sees a contest marked after its
+// process started knows that a second job has its identity (its own rank 0 may have lost,
+// and would never come): it fails at once. An older mark is ignored (a job started later);
+// the next rank 0 whose job starts removes it.
+void mark_contested(const std::string& name);
+// Now on the clock of the marks.
+std::int64_t contest_clock_ns();
+// When this process started, on that clock (rounded down to a clock tick).
+std::int64_t process_start_ns();
+// The time of the last contest over `name`, or 0 (none, or not this user's private object).
+std::int64_t contested_at(const std::string& name);
+// Removes the mark if it is older than `before_ns`.
+void clear_contested(const std::string& name, std::int64_t before_ns);
 
 }  // namespace shmdist::detail

@@ -23,6 +23,8 @@ std::string describe_end(EndKind kind, int code) {
       return "is gone without finalizing (its exit status is unknown to this rank)";
     case EndKind::Threw:
       return "threw an exception";
+    case EndKind::Finalized:
+      return "finalized (destroy_process_group) or exited while its peers still needed it";
     case EndKind::None:
       break;
   }
@@ -32,7 +34,7 @@ std::string describe_end(EndKind kind, int code) {
 std::string describe_rank_end(const Segment& seg, int rank) {
   const RankControl& rc = seg.rank_control(rank);
   const auto kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
-  std::string who = "rank " + std::to_string(rank);
+  std::string who = "rank " + std::to_string(seg.rank_name(rank));
   if (const int pid = rc.pid.load(std::memory_order_relaxed); pid > 0)
     who += " (pid " + std::to_string(pid) + ")";
   return who + " " + describe_end(kind, rc.end_code.load(std::memory_order_relaxed));
@@ -49,6 +51,11 @@ std::string describe_job_failure(const Segment& seg) {
                ") expired; stopping this call";
       case AbortReason::Startup:
         return "the job was aborted while it started (a rank could not be launched)";
+      case AbortReason::SharedIdentity:
+        return "the job was aborted while its ranks met: a second job was started with the same "
+               "identity (a second rank 0, or two processes for one rank), so some ranks here "
+               "may be that job's. Give each job its own identity (its own MASTER_PORT for "
+               "torchrun-style variables, or start it with shmrun) and start both again";
       case AbortReason::None:
         break;
     }
@@ -56,7 +63,7 @@ std::string describe_job_failure(const Segment& seg) {
   }
   const auto kind = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
   const int code = h.failed_code.load(std::memory_order_relaxed);
-  std::string who = "rank " + std::to_string(rank);
+  std::string who = "rank " + std::to_string(seg.rank_name(rank));
   if (const int pid = seg.rank_control(rank).pid.load(std::memory_order_relaxed); pid > 0)
     who += " (pid " + std::to_string(pid) + ")";
   return "peer failure: " + who + " " + describe_end(kind, code) +
@@ -79,13 +86,56 @@ namespace {
 // Whether a failure record says how the rank ended (an exit code, a signal, an exception),
 // rather than only that it is gone.
 bool says_how(EndKind kind) {
-  return kind == EndKind::Exited || kind == EndKind::Signaled || kind == EndKind::Threw;
+  return kind == EndKind::Exited || kind == EndKind::Signaled || kind == EndKind::Threw ||
+         kind == EndKind::Finalized;
+}
+
+// How `rank` ended, from its control block, for a root cause found through failed_because.
+void end_of(const Segment& seg, int rank, EndKind& kind, int& code) {
+  const RankControl& rc = seg.rank_control(rank);
+  kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
+  code = rc.end_code.load(std::memory_order_relaxed);  // ordered by the acquire above
+  // A clean exit is no failure of its own: say that the rank left while it was needed.
+  if (says_how(kind) && !(kind == EndKind::Exited && code == 0)) return;
+  code = 0;
+  const auto state = static_cast<RankState>(rc.state.load(std::memory_order_acquire));
+  kind = state == RankState::Finalized || kind == EndKind::Exited ? EndKind::Finalized
+                                                                  : EndKind::Vanished;
 }
 }  // namespace
+
+void record_failure_cause(const Segment& seg, int rank, int cause) {
+  if (cause < 0 || cause >= seg.world_size() || cause == rank) return;
+  int none = 0;
+  // Once: the first cause stands. Release, paired with root_cause's acquire: this rank read
+  // the cause's end (its state, written with release by the cause or its launcher) before
+  // this store, so whoever reads the record also sees that end.
+  seg.rank_control(rank).failed_because.compare_exchange_strong(
+      none, cause + 1, std::memory_order_release, std::memory_order_relaxed);
+}
+
+int root_cause(const Segment& seg, int rank) {
+  // Follow "failed because" from rank to rank; at most world_size steps (no cycle can trap us).
+  for (int steps = 0; rank >= 0 && rank < seg.world_size() && steps < seg.world_size();
+       ++steps) {
+    const int because =
+        seg.rank_control(rank).failed_because.load(std::memory_order_acquire) - 1;
+    if (because < 0 || because >= seg.world_size() || because == rank) break;
+    rank = because;
+  }
+  return rank;
+}
 
 bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
   SegmentHeader& h = seg.header();
   bool first = false;
+  // A rank that failed because a peer finalized or exited first (it raised PeerFailure about
+  // that peer, then exited non-zero or threw) is not the root cause: name the peer, and how it
+  // ended, so that every survivor names the rank whose end started it.
+  if (const int root = root_cause(seg, rank); root != rank) {
+    rank = root;
+    end_of(seg, rank, kind, code);
+  }
   if (rank >= 0 && rank < seg.world_size()) {
     // A rank that saw a peer vanish knows less than the launcher, which may already have
     // written how the peer ended into its control block: use that.

@@ -41,7 +41,9 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 enum class JobState : std::uint32_t { Running = 0, Aborted = 1 };
 
 // Why a job was aborted without a failed rank (SegmentHeader::abort_reason).
-enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2 };
+// SharedIdentity: a rendezvous found a second job started with the same identity (pg/
+// identity_claim.hpp); some of this job's ranks may be that job's.
+enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2, SharedIdentity = 3 };
 
 // SegmentHeader::flags
 inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
@@ -54,6 +56,8 @@ enum class EndKind : std::uint32_t {
   Signaled = 2,    // code = signal number
   Vanished = 3,    // detected gone by a peer (no launcher to ask); code unused
   Threw = 4,       // thread-mode rank whose function threw
+  Finalized = 5,   // finalized (or exited cleanly) while a peer still needed it: the root
+                   // cause of a failure (segment::record_job_failure)
 };
 
 struct SegmentHeader {
@@ -145,7 +149,11 @@ struct RankControl {
   std::atomic<std::uint32_t> state;  // RankState
   std::atomic<std::uint32_t> end_kind;  // EndKind
   std::atomic<std::int32_t> end_code;
-  char pad2[kLine - 16];
+  // 1 + the rank whose end (finalized, exited) made this rank raise PeerFailure, 0: none.
+  // Written once by the rank itself (segment::record_failure_cause); a failure of this rank
+  // is then blamed on that root cause (segment::record_job_failure).
+  std::atomic<std::int32_t> failed_because;
+  char pad2[kLine - 20];
   // Line 3: what the rank waits for (written only on the slow path, read by the launcher).
   alignas(kLine) BlockedOn blocked;
 };

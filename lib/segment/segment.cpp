@@ -134,6 +134,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     name_ = std::move(o.name_);
     o.name_.clear();
     fd_ = std::exchange(o.fd_, -1);
+    rank_names_ = std::move(o.rank_names_);
   }
   return *this;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "segment/layout.hpp"
 
@@ -84,6 +85,16 @@ class Segment {
   void close_fd();
   bool valid() const { return base_ != nullptr; }
 
+  // The rank each slot stands for in texts: a segment holding one host's ranks of a job
+  // across hosts numbers them by their index on the host, but every error names the global
+  // rank (`global_of`, by slot). Set before any rank of this process uses the segment; local
+  // to this process (not in the shared layout).
+  void name_ranks(std::vector<int> global_of) { rank_names_ = std::move(global_of); }
+  int rank_name(int slot) const {
+    return slot >= 0 && static_cast<std::size_t>(slot) < rank_names_.size() ? rank_names_[slot]
+                                                                            : slot;
+  }
+
  private:
   void map_and_init(int world_size, std::uint64_t ring_size);
   void size_map_and_init(int world_size, std::uint64_t ring_size);
@@ -92,6 +103,7 @@ class Segment {
   Geometry geometry_;
   std::string name_;
   int fd_ = -1;
+  std::vector<int> rank_names_;  // empty: slot = rank
 };
 
 }  // namespace shmdist::segment

@@ -151,10 +151,8 @@ PeerState RoutingTransport::peer_state(int peer) {
   const int l = local(peer);
   if (l < 0) return remote_->peer_state(peer);
   PeerState st = local_->peer_state(l);
-  // The local transport names ranks by their index in this host's segment.
-  if (!st.how.empty())
-    st.how = "global rank " + std::to_string(peer) + " on host '" + hosts_[peer] +
-             "' (local rank " + std::to_string(l) + " there): " + st.how;
+  // The local transport names ranks by their global rank (Segment::name_ranks); add the host.
+  if (!st.how.empty()) st.how = "on host '" + hosts_[peer] + "': " + st.how;
   return st;
 }
 
@@ -167,6 +165,11 @@ void RoutingTransport::report_failure(int peer) {
   const int l = local(peer);
   if (l >= 0) local_->report_failure(l);
   else remote_->report_failure(peer);
+}
+
+void RoutingTransport::note_failure_cause(int peer) {
+  // A segment records causes among its own ranks; a remote peer's end is mpirun's to report.
+  if (const int l = local(peer); l >= 0) local_->note_failure_cause(l);
 }
 
 void RoutingTransport::mark_finalized() {

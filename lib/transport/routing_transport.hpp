@@ -65,6 +65,7 @@ class RoutingTransport final : public Transport {
   PeerState peer_state(int peer) override;
   void check_job() override;
   void report_failure(int peer) override;
+  void note_failure_cause(int peer) override;
   void set_blocked(const BlockedInfo& info) override { local_->set_blocked(info); }
   void clear_blocked() override { local_->clear_blocked(); }
   void mark_finalized() override;

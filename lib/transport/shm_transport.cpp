@@ -75,8 +75,8 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
   for (int peer = 0; peer < world_; ++peer) {
     if (peer == rank_) continue;
     producers_[peer] = ring::RingProducer(&segment_->ring_control(rank_, peer),
-                                          segment_->ring_data(rank_, peer), ring_size, rank_,
-                                          peer);
+                                          segment_->ring_data(rank_, peer), ring_size,
+                                          segment_->rank_name(rank_), segment_->rank_name(peer));
     consumers_[peer] = ring::RingConsumer(&segment_->ring_control(peer, rank_),
                                           segment_->ring_data(peer, rank_), ring_size);
   }
@@ -92,7 +92,7 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
   std::uint32_t empty = static_cast<std::uint32_t>(RankState::Empty);
   if (!own_->state.compare_exchange_strong(empty, static_cast<std::uint32_t>(RankState::Running),
                                            std::memory_order_acq_rel))
-    throw SetupError("rank " + std::to_string(rank_) +
+    throw SetupError("rank " + std::to_string(segment_->rank_name(rank_)) +
                      " of this job was already claimed by another process or thread; each rank "
                      "joins once (is RANK duplicated, or init_process_group called twice?)");
   own_->pid.store(getpid(), std::memory_order_relaxed);
@@ -110,9 +110,10 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
 // be anything: its producer can have published or offered already.)
 void ShmTransport::check_fresh_rings() const {
   auto refuse = [&](int src, int dst, const char* field, std::uint64_t value) {
-    throw SetupError("the ring from rank " + std::to_string(src) + " to rank " +
-                     std::to_string(dst) + " has " + field + " " + std::to_string(value) +
-                     " before rank " + std::to_string(rank_) +
+    throw SetupError("the ring from rank " + std::to_string(segment_->rank_name(src)) +
+                     " to rank " + std::to_string(segment_->rank_name(dst)) + " has " + field +
+                     " " + std::to_string(value) + " before rank " +
+                     std::to_string(segment_->rank_name(rank_)) +
                      " joined; a fresh segment has 0 there. Another process wrote into this "
                      "job's segment (a buggy or foreign peer): start the job again.");
   };
@@ -451,7 +452,8 @@ PeerState ShmTransport::peer_state(int peer) {
   }
   if (state == RankState::Running && !supervised_ && !peer_alive(peer))
     return {PeerStatus::Gone, false,
-            "rank " + std::to_string(peer) + " (pid " + std::to_string(rc.pid.load()) +
+            "rank " + std::to_string(segment_->rank_name(peer)) + " (pid " +
+                std::to_string(rc.pid.load()) +
                 ") is gone without finalizing (exit status unknown here)"};
   return {PeerStatus::Running, false, {}};
 }
@@ -496,6 +498,10 @@ void ShmTransport::check_job() {
 
 void ShmTransport::report_failure(int peer) {
   segment::record_job_failure(*segment_, peer, segment::EndKind::Vanished, 0);
+}
+
+void ShmTransport::note_failure_cause(int peer) {
+  segment::record_failure_cause(*segment_, rank_, peer);
 }
 
 // A seqlock: the odd version, then (release fence) the fields, then the even version with

@@ -56,6 +56,7 @@ class ShmTransport final : public Transport {
   PeerState peer_state(int peer) override;
   void check_job() override;
   void report_failure(int peer) override;
+  void note_failure_cause(int peer) override;
   void set_blocked(const BlockedInfo& info) override;
   void clear_blocked() override;
   void mark_finalized() override;

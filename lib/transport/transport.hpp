@@ -127,6 +127,10 @@ class Transport {
   virtual void check_job() = 0;
   // Records that `peer` vanished and aborts the job, so every rank of the job learns it.
   virtual void report_failure(int peer) = 0;
+  // Records that this rank is about to raise PeerFailure because `peer` finalized or exited
+  // (which aborts nothing by itself): if this rank then fails, the job's failure names `peer`,
+  // the root cause, not this rank (segment::record_job_failure). Only the first cause counts.
+  virtual void note_failure_cause(int /*peer*/) {}
 
   virtual void set_blocked(const BlockedInfo& info) = 0;
   virtual void clear_blocked() = 0;

@@ -97,6 +97,38 @@ BOOST_AUTO_TEST_CASE(rank_killed_by_a_signal_fails_blocked_peers) {
   check_shmrun_job({2, 0, "signal:11", "was killed by signal 11 (SIGSEGV)"}, 128 + 11);
 }
 
+// Issue 27.7: rank 1 ends while rank 2 receives from it; rank 2 raises PeerFailure and leaves
+// at once (exit 42); rank 0, receiving from rank 2, must name rank 1, the root cause, and how
+// it ended, not rank 2. Rank 1 exiting 0 without finalizing (under shmrun: a clean end, which
+// aborts nothing by itself) used to make rank 0 say "rank 2 (pid ...) exited with code 42".
+BOOST_AUTO_TEST_CASE(survivors_name_the_root_cause_not_a_rank_that_raised_and_left) {
+  const std::pair<const char*, const char*> ends[] = {
+      {"exit:0", "finalized (destroy_process_group) or exited while its peers still needed it"},
+      {"exit:3", "exited with code 3"},
+      {"signal:9", "was killed by signal 9 (SIGKILL)"}};
+  for (const auto& [how, words] : ends) {
+    BOOST_TEST_CONTEXT(how) {
+      const CommandResult r = run_command(
+          shmrun({"-n", "3", program("fault_rank"), "chain", how}), clean_options(60s));
+      BOOST_TEST_INFO(r.out << r.err);
+      BOOST_TEST(!r.timed_out);
+      const auto pids = ready_pids(r.out);
+      BOOST_REQUIRE(pids.size() == 3u);
+      const std::string root =
+          "rank 1 (pid " + std::to_string(pids.at(1)) + ") " + std::string(words);
+      bool rank0_reported = false;
+      for (const auto& line : lines_starting(r.out, "PEER_FAILURE")) {
+        auto f = fields_of(line);
+        if (f["rank"] != "0") continue;
+        rank0_reported = true;
+        BOOST_TEST(contains(f["what"], root), f["what"]);
+        BOOST_TEST(!contains(f["what"], "rank 2"), f["what"]);
+      }
+      BOOST_TEST(rank0_reported);
+    }
+  }
+}
+
 // PDEATHSIG: the ranks die with their launcher, and the segment's name was unlinked at the
 // start, so nothing is left behind.
 BOOST_AUTO_TEST_CASE(shmrun_killed_with_sigkill_takes_every_rank_with_it) {

@@ -285,6 +285,24 @@ int main(int argc, char** argv) {
       std::cerr << "FAIL rank " << rank << ": received from a killed rank\n";
       return 1;
     }
+    if (mode == "kill_neighbour") {
+      // Hosts a,a,b,b: rank 2 dies; rank 3, on its host, reports what it was told (the
+      // global rank, not rank 2's index on host b). Run with mpirun's recovery on, so that
+      // mpirun lets rank 3 finish.
+      dist::barrier();
+      if (rank == 2) std::raise(SIGKILL);
+      if (rank == 3) {
+        dist::Tensor t = dist::zeros(1, dist::kInt64);
+        try {
+          dist::recv(t, 2);
+          std::cerr << "FAIL rank 3: received from a killed rank\n";
+          return 1;
+        } catch (const dist::PeerFailure& e) {
+          std::cout << "PEERFAILURE " << e.what() << std::endl;
+        }
+      }
+      return 0;
+    }
     if (mode == "timeout") {
       if (rank == 0) {
         dist::Tensor t = dist::zeros(1, dist::kInt64);

@@ -19,11 +19,15 @@ int count(const std::string& hosts) {
 }
 
 // Runs `program args...` as one rank per entry of `hosts` ("a,a,b": ranks 0 and 1 on host a).
-CommandResult across_hosts(const std::string& hosts, std::vector<std::string> program) {
+// `mpirun_options` go before the program (e.g. to keep ranks running after one dies).
+CommandResult across_hosts(const std::string& hosts, std::vector<std::string> program,
+                           const std::vector<std::string>& mpirun_options = {}) {
   std::vector<std::string> argv = {SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
                                    "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
                                    "lo", "--timeout", "100", "-n", std::to_string(count(hosts)),
-                                   "-x", "SHMDIST_TEST_HOSTS=" + hosts, SHMDIST_TEST_HOST_WRAPPER};
+                                   "-x", "SHMDIST_TEST_HOSTS=" + hosts};
+  argv.insert(argv.end(), mpirun_options.begin(), mpirun_options.end());
+  argv.push_back(SHMDIST_TEST_HOST_WRAPPER);
   argv.insert(argv.end(), program.begin(), program.end());
   CommandOptions options;
   options.timeout = std::chrono::seconds(120);
@@ -121,6 +125,23 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_on_another_host_ends_the_job_naming_it) {
   BOOST_TEST(r.err.find("on node") != std::string::npos, r.err);
   BOOST_TEST(r.err.find("signal 9") != std::string::npos, r.err);
   BOOST_TEST(r.err.find("received from a killed rank") == std::string::npos, r.err);
+}
+
+// Issue 27.6: hosts a,a,b,b; global rank 2 (the first rank on host b) dies by SIGKILL while
+// rank 3, on its host, receives from it. Rank 3's PeerFailure names global rank 2 and its
+// host; it used to say "rank 0 (pid ...) is gone", rank 2's index on host b. (mpirun's
+// recovery mode lets rank 3 finish instead of killing it at once.)
+BOOST_AUTO_TEST_CASE(a_rank_dying_is_named_by_its_global_rank_on_its_own_host) {
+  const auto r = across_hosts("a,a,b,b", {SHMDIST_TEST_HOSTS_CHECK, "kill_neighbour"},
+                              {"--mca", "orte_enable_recovery", "1"});
+  BOOST_TEST(!r.timed_out);
+  const auto at = r.out.find("PEERFAILURE ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, r.out << r.err);
+  const std::string what = r.out.substr(at, r.out.find('\n', at) - at);
+  BOOST_TEST(what.find("rank 2 (pid ") != std::string::npos, what);
+  BOOST_TEST(what.find("rank 0") == std::string::npos, what);
+  BOOST_TEST(what.find("is gone") != std::string::npos, what);
+  BOOST_TEST(r.err.find("FAIL") == std::string::npos, r.err);
 }
 
 // A receive from a rank on another host that never sends still times out saying what it

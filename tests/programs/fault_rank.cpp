@@ -7,12 +7,19 @@
 //                                  blocked-on records show every other rank blocked in
 //                                  recv, says DYING and ends as told. The others must get PeerFailure: they print
 //                                  it, destroy the group and exit 42.
+//   fault_rank chain HOW           3 ranks: rank 1 dies as told (as in die) while rank 2
+//                                  receives from it and rank 0 from rank 2; rank 2 leaves on
+//                                  its PeerFailure at once (exit 42), rank 0 reports its own.
 //   fault_rank hang                rank r receives from rank r+1 (mod n): a wait-for cycle.
 //                                  PeerFailure (the launcher's abort) -> exit 42.
 //   fault_rank timeout MS          rank 0 receives from rank 1, which sends nothing, with a
 //                                  process-group timeout of MS: Timeout is expected (TIMEOUT
 //                                  line); then it tells rank 1 to finish and exits 0.
 //   fault_rank join                joins, barrier, destroys: for environment tests.
+//   fault_rank sum VALUE           joins, then 20 all_reduce of [VALUE], printing
+//                                  "SUM rank=R values=S1,S2,..." (the distinct sums seen).
+//                                  With FAULT_RANK_START=FILE it waits for FILE to exist
+//                                  before it joins, with FAULT_RANK_HOLD=FILE after.
 //   fault_rank store_join DIR      the same, joining as the torch backend does (rank 0 creates
 //                                  and announces through a key-value store): here a store of
 //                                  files in DIR, one per key (the key's '/' become '_').
@@ -20,8 +27,10 @@
 // Every rank first prints "READY rank=R pid=P world=W" once it has joined.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <csignal>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <filesystem>
@@ -70,10 +79,12 @@ bool others_blocked_in_recv() {
   }
 }
 
-int die(int victim, const std::string& how) {
-  dist::init_process_group("shm");
-  say_ready();
-  dist::barrier();
+int die(int victim, const std::string& how, bool after_barrier = false) {
+  if (!after_barrier) {
+    dist::init_process_group("shm");
+    say_ready();
+    dist::barrier();
+  }
   const int rank = dist::get_rank();
   const int world = dist::get_world_size();
   if (rank == victim) {
@@ -100,6 +111,25 @@ int die(int victim, const std::string& how) {
     dist::recv(t, src);
   } catch (const dist::PeerFailure& e) {
     return caught(e, true);
+  }
+  emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
+  return kExitUnexpected;
+}
+
+// 3 ranks: rank 1 dies as told once the others are blocked; rank 2, receiving from it, gets
+// PeerFailure and leaves at once (exit 42, no destroy); rank 0 receives from rank 2 and must
+// be told about rank 1, the root cause, not about rank 2.
+int chain(const std::string& how) {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  const int rank = dist::get_rank();
+  if (rank == 1) return die(1, how, /*after_barrier=*/true);
+  dist::Tensor t = dist::zeros(16, dist::kFloat);
+  try {
+    dist::recv(t, rank == 2 ? 1 : 2);
+  } catch (const dist::PeerFailure& e) {
+    return caught(e, /*destroy=*/rank == 0);
   }
   emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
   return kExitUnexpected;
@@ -160,6 +190,39 @@ int join() {
   return 0;
 }
 
+// Waits (up to 60 s) until the file named by the environment variable `var` exists, if set.
+void await_file_named_by(const char* var) {
+  const char* path = std::getenv(var);
+  if (!path) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+int sum(std::int64_t value) {
+  await_file_named_by("FAULT_RANK_START");  // so that several ranks start at once
+  dist::init_process_group("shm");
+  say_ready();
+  await_file_named_by("FAULT_RANK_HOLD");  // the job runs while the test starts another
+  std::vector<std::int64_t> seen;
+  for (int i = 0; i < 20; ++i) {
+    dist::Tensor t = dist::full({1}, static_cast<double>(value), dist::kInt64);
+    dist::all_reduce(t);
+    const std::int64_t s = t.data<std::int64_t>()[0];
+    if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
+  }
+  std::string values;
+  for (std::int64_t s : seen) {
+    if (!values.empty()) values += ',';
+    values += std::to_string(s);
+  }
+  const std::string rank = std::to_string(dist::get_rank());
+  emit("SUM rank=" + rank + " values=" + values);
+  dist::destroy_process_group();
+  emit("DONE rank=" + rank);
+  return 0;
+}
+
 // A key-value store of files: set writes a temporary file and renames it (readers never see
 // half a value); get polls for the file, up to 60 s.
 shmdist::detail::KeyValueStore file_store(const std::string& dir) {
@@ -209,8 +272,10 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "die" && argc == 4) return die(std::atoi(argv[2]), argv[3]);
     if (mode == "hang") return hang();
+    if (mode == "chain" && argc == 3) return chain(argv[2]);
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
+    if (mode == "sum" && argc == 3) return sum(std::atoll(argv[2]));
     if (mode == "store_join" && argc == 3) return store_join(argv[2]);
     emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join | "
              "store_join DIR");

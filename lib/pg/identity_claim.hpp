@@ -1,0 +1,68 @@
+// The claim on a job identity (pg/rendezvous.cpp): ranks started without shmrun meet on a
+// segment named after their job's identity (MASTER_ADDR:MASTER_PORT and WORLD_SIZE, an MPI
+// job id), and nothing else tells two jobs started with the same identity apart. So the
+// job's rank 0 claims the identity before it creates the segment, as torch's TCPStore
+// claims MASTER_PORT by binding it: it binds and listens on an abstract Unix socket named
+// after the rendezvous ("\0<segment name>") for as long as its process group lives.
+//
+// - Binding is exclusive: a second job's rank 0 fails at once, naming the holder's pid.
+// - The kernel drops the claim the instant its holder ends: a claim is never stale. A
+//   segment whose creator holds the claim is a live job's (never replaced); any other
+//   segment under the name is a leftover, which only the claim's holder replaces.
+// - Other ranks learn who holds the claim by connecting (SO_PEERCRED: the listener's pid and
+//   uid; the holder never has to accept), and join a segment only if its creator is that
+//   pid.
+// - Once every rank has joined, the holder also binds "<name>.started": a rank that arrives
+//   later finds the job running and fails at once instead of waiting for a segment.
+// - A rank 0 that finds the identity taken tells the holder (one byte over the socket): while
+//   the holder's job is still forming, some of its ranks may be the second job's, so the
+//   holder aborts it (see join_by_rendezvous).
+//
+// Abstract sockets belong to the network namespace: the ranks of one job must share it (as
+// they share /dev/shm and the pid namespace). Torch's TCPStore on MASTER_PORT is another
+// socket altogether: both coexist in one job.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shmdist::detail {
+
+class IdentityClaim {
+ public:
+  // Claims `name` (a rendezvous segment name) for the job `job_id` of `world` ranks. Throws
+  // SetupError naming the identity and the process that holds it if another one does; that
+  // holder is told (see above).
+  static std::unique_ptr<IdentityClaim> take(const std::string& name, const std::string& job_id,
+                                             int world);
+  ~IdentityClaim();
+  IdentityClaim(const IdentityClaim&) = delete;
+  IdentityClaim& operator=(const IdentityClaim&) = delete;
+
+  // Whether a second rank 0 of this identity has told us since the last call. Takes every
+  // connection waiting on the claim (ranks asking who holds it; they send nothing).
+  bool collision_reported();
+  // Every rank has joined: binds "<name>.started" (see above).
+  void mark_started();
+  // Gives the identity up (destroy_process_group); the destructor does too.
+  void release();
+
+ private:
+  IdentityClaim(std::string name, int fd) : name_(std::move(name)), listen_fd_(fd) {}
+  std::string name_;
+  int listen_fd_ = -1;
+  int started_fd_ = -1;
+  std::vector<int> pending_;  // accepted connections that said nothing yet
+};
+
+// Who holds the claim on `name`: pid 0 if nobody (or, for an instant, if its backlog is full);
+// `started` once the holder's job has every rank. Throws SetupError if a process of another
+// user holds it (abstract sockets have no permissions: someone squats the name).
+struct ClaimHolder {
+  int pid = 0;
+  bool started = false;
+};
+ClaimHolder claim_holder(const std::string& name, const std::string& job_id);
+
+}  // namespace shmdist::detail
