@@ -143,10 +143,15 @@ ProcessGroup::Impl& ProcessGroup::impl() const {
   return *impl_;
 }
 
+// Another thread must not be inside a call on this process group meanwhile (as with
+// MPI_Finalize): the engine goes away here.
 void ProcessGroup::destroy() {
   Impl& s = impl();
-  s.engine->finalize(std::cerr);
-  s.destroyed = true;
+  {
+    const auto entry = s.engine->enter("destroy_process_group");
+    s.engine->finalize(std::cerr);
+    s.destroyed = true;
+  }
   s.engine.reset();
   s.world_lane.reset();  // it holds the segment too
   s.segment.reset();
@@ -259,6 +264,7 @@ Group ProcessGroup::new_group(const std::vector<int>& ranks) {
     if (!unique.insert(r).second)
       throw InvalidArgument("new_group: rank " + std::to_string(r) + " is listed twice");
   }
+  const auto entry = s.engine->enter("new_group");
   auto info = std::make_shared<detail::GroupInfo>();
   info->owner = &s;
   info->id = s.next_group_id++;
@@ -309,24 +315,28 @@ inline const detail::GroupInfo& checked_p2p(const ProcessGroup::Impl& s, const T
 void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
   const auto& info = checked_p2p(s, tensor, dst, group, tag, "send", false);
+  const auto entry = s.engine->enter("send");
   s.engine->send(tensor, dst, key_for(info, tag, transport::kUserChannel));
 }
 
 int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
   const auto& info = checked_p2p(s, tensor, src, group, tag, "recv", true);
+  const auto entry = s.engine->enter("recv");
   return s.engine->recv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members);
 }
 
 Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
   const auto& info = checked_p2p(s, tensor, dst, group, tag, "isend", false);
+  const auto entry = s.engine->enter("isend");
   return Work(s.engine->isend(tensor, dst, key_for(info, tag, transport::kUserChannel)));
 }
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
   const auto& info = checked_p2p(s, tensor, src, group, tag, "irecv", true);
+  const auto entry = s.engine->enter("irecv");
   return Work(s.engine->irecv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members));
 }
 
@@ -344,6 +354,7 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
     const bool is_recv = op.op == P2POp::Kind::Recv;
     check_peer(s, info, op.peer, "batch_isend_irecv", is_recv ? "source" : "destination", is_recv);
   }
+  const auto entry = s.engine->enter("batch_isend_irecv");
   std::vector<Work> works;
   works.reserve(ops.size());
   for (const P2POp& op : ops) {
@@ -362,6 +373,7 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
 void ProcessGroup::barrier(const Group& group) {
   Impl& s = impl();
   const auto& info = resolve_member(s, group, "barrier");
+  const auto entry = s.engine->enter("barrier");
   const int n = static_cast<int>(info.members.size());
   const int me = info.my_rank;
   const Tensor token = empty({0}, kUInt8);
@@ -395,6 +407,7 @@ std::vector<std::byte> ProcessGroup::recv_bytes(int src, const Group& group, int
   const auto& info = resolve_member(s, group, "recv_bytes");
   check_peer(s, info, src, "recv_bytes", "source", true);
   Tensor t = empty({0}, kUInt8);
+  const auto entry = s.engine->enter("recv_bytes");
   const int from =
       s.engine->recv(t, src, key_for(info, tag, transport::kUserChannel), info.members, true);
   if (source) *source = from;

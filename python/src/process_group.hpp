@@ -116,7 +116,7 @@ class ProcessGroupShm : public BackendBase {
   // Token exchange with every other member on the control group (the barrier's core).
   void post_tokens(ShmWork& work, int tag);
   // A collective: a Work returning `outputs`, copying `written` back out of their staging
-  // copies once `post` (called under the job's mutex) has completed.
+  // copies once `post` has completed.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             const std::vector<BoundTensor>& written,
                                             std::chrono::milliseconds timeout,
