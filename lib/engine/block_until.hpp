@@ -43,13 +43,15 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
   const auto started = Clock::now();
   const auto deadline = started + limit;
   bool published = false;
+  // The rank's record of what it is blocked on (hang reports) is one per rank: with several
+  // threads blocked, the latest one's wait is shown, and it is cleared when the last leaves.
   struct ClearBlocked {
-    transport::Transport* t;
+    Engine* e;
     bool* published;
     ~ClearBlocked() {
-      if (*published) t->clear_blocked();
+      if (*published && --e->blocked_waits_ == 0) e->transport_->clear_blocked();
     }
-  } clear_on_exit{transport_.get(), &published};
+  } clear_on_exit{this, &published};
 
   for (auto now = started;; now = Clock::now()) {
     // Phase 1: spin (briefly, yielding, if more ranks are awake than there are CPUs).
@@ -96,6 +98,7 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
     // Phase 2: sleep on the doorbell (wait/doorbell.hpp explains why no wake-up is lost).
     if (!published) {
       publish_blocked(focus);
+      ++blocked_waits_;
       published = true;
     }
     for (;;) {

@@ -252,6 +252,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   EngineLock lock_;
   // Threads of this rank asleep in block_until (between arm and disarm). Under lock_.
   int sleepers_ = 0;
+  // Waits of this rank's threads that published what they are blocked on. Under lock_.
+  int blocked_waits_ = 0;
 
   std::unique_ptr<transport::Transport> transport_;
   int rank_;

@@ -3,7 +3,7 @@
 //
 // Every call into the engine holds it (Engine::enter, at the ProcessGroup's entry points),
 // so the engine, its transport and the collectives above them see one thread at a time:
-// the mutex's lock/unlock give the happens-before edges between successive holders. A call
+// the lock's release/acquire pair gives the happens-before edges between successive holders. A call
 // that has to wait never keeps it while it does nothing (Engine::block_until): it lets a
 // waiting thread in at every idle turn of its spin (let_others_in) and releases it while it
 // sleeps on the doorbell. So the lock is only ever held for a bounded stretch of non-blocking
@@ -21,8 +21,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <optional>
 #include <thread>
+
+#include "wait/futex.hpp"
 
 namespace shmdist::engine {
 
@@ -33,10 +35,10 @@ class EngineLock {
   // Takes the lock, waiting at most until `deadline`; false if another thread held it all
   // that time. The entry of every call: no wait for the lock outlives the call's timeout.
   bool acquire_until(Clock::time_point deadline) {
-    if (mutex_.try_lock()) [[likely]]
+    if (try_lock()) [[likely]]
       return took();
     contenders_.fetch_add(1, std::memory_order_relaxed);
-    const bool got = mutex_.try_lock_until(deadline);
+    const bool got = lock_slow(deadline);
     contenders_.fetch_sub(1, std::memory_order_relaxed);
     if (!got) return false;
     handoffs_.fetch_add(1, std::memory_order_relaxed);
@@ -46,19 +48,20 @@ class EngineLock {
   // safe: every holder releases it within a stretch of non-blocking work (see above), and
   // the call checks its own deadline as soon as it has it again.
   void reacquire() {
-    if (mutex_.try_lock()) {
+    if (try_lock()) {
       took();
       return;
     }
     contenders_.fetch_add(1, std::memory_order_relaxed);
-    mutex_.lock();
+    lock_slow(std::nullopt);
     contenders_.fetch_sub(1, std::memory_order_relaxed);
     handoffs_.fetch_add(1, std::memory_order_relaxed);
     took();
   }
   void release() {
     owner_.store(std::thread::id{}, std::memory_order_relaxed);
-    mutex_.unlock();
+    // Release: every change the holder made happens before the next holder's acquire.
+    if (word_.exchange(kFree, std::memory_order_release) == kWaited) wait::futex_wake(word_, 1);
   }
 
   // Whether the calling thread holds the lock. Relaxed is enough: owner_ holds this thread's
@@ -92,12 +95,36 @@ class EngineLock {
   const char* call() const { return call_.load(std::memory_order_relaxed); }
 
  private:
+  // The mutex itself: one futex word (U. Drepper, "Futexes Are Tricky", mutex 3), not
+  // std::timed_mutex, whose timed lock (pthread_mutex_clocklock) ThreadSanitizer does not
+  // see as an acquisition; it sees these atomics. kWaited: held, and a thread may be asleep
+  // on the word, so the release must wake one.
+  static constexpr std::uint32_t kFree = 0, kHeld = 1, kWaited = 2;
+  bool try_lock() {
+    std::uint32_t expected = kFree;
+    return word_.compare_exchange_strong(expected, kHeld, std::memory_order_acquire,
+                                         std::memory_order_relaxed);
+  }
+  // Marks the word kWaited and sleeps until it is taken (acquire: pairs with release()'s
+  // exchange), or until `deadline`. A waiter that gives up leaves kWaited behind: the next
+  // release then makes one wake-up for nobody, which is harmless.
+  bool lock_slow(std::optional<Clock::time_point> deadline) {
+    while (word_.exchange(kWaited, std::memory_order_acquire) != kFree) {
+      std::chrono::nanoseconds left = std::chrono::seconds(1);  // unbounded: look again
+      if (deadline) {
+        left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - Clock::now());
+        if (left.count() <= 0) return false;
+      }
+      wait::futex_wait(word_, kWaited, left);
+    }
+    return true;
+  }
   bool took() {
     owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     return true;
   }
 
-  std::timed_mutex mutex_;
+  std::atomic<std::uint32_t> word_{kFree};
   std::atomic<std::thread::id> owner_{};
   std::atomic<std::uint32_t> contenders_{0};  // threads blocked in acquire_until / reacquire
   std::atomic<std::uint64_t> handoffs_{0};    // acquisitions by a thread that had to wait

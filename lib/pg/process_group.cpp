@@ -298,6 +298,10 @@ std::vector<int> ProcessGroup::get_process_group_ranks(const Group& group) const
 }
 
 // ---- point-to-point -------------------------------------------------------------------------
+//
+// Every call enters the engine first (Engine::enter: several threads may call at once), also
+// before its checks: they read the engine's record of group disagreements, which another
+// thread's progress may write.
 
 namespace {
 // The checks of a point-to-point call, in order (tensor, tag, group, peer); returns its group.
@@ -314,34 +318,35 @@ inline const detail::GroupInfo& checked_p2p(const ProcessGroup::Impl& s, const T
 
 void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
-  const auto& info = checked_p2p(s, tensor, dst, group, tag, "send", false);
   const auto entry = s.engine->enter("send");
+  const auto& info = checked_p2p(s, tensor, dst, group, tag, "send", false);
   s.engine->send(tensor, dst, key_for(info, tag, transport::kUserChannel));
 }
 
 int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
-  const auto& info = checked_p2p(s, tensor, src, group, tag, "recv", true);
   const auto entry = s.engine->enter("recv");
+  const auto& info = checked_p2p(s, tensor, src, group, tag, "recv", true);
   return s.engine->recv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members);
 }
 
 Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
-  const auto& info = checked_p2p(s, tensor, dst, group, tag, "isend", false);
   const auto entry = s.engine->enter("isend");
+  const auto& info = checked_p2p(s, tensor, dst, group, tag, "isend", false);
   return Work(s.engine->isend(tensor, dst, key_for(info, tag, transport::kUserChannel)));
 }
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
-  const auto& info = checked_p2p(s, tensor, src, group, tag, "irecv", true);
   const auto entry = s.engine->enter("irecv");
+  const auto& info = checked_p2p(s, tensor, src, group, tag, "irecv", true);
   return Work(s.engine->irecv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members));
 }
 
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("batch_isend_irecv");
   if (ops.empty())
     throw InvalidArgument("batch_isend_irecv: the list of operations is empty");
   const detail::GroupInfo* first = &resolve(s, ops.front().group, "batch_isend_irecv");
@@ -354,7 +359,6 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
     const bool is_recv = op.op == P2POp::Kind::Recv;
     check_peer(s, info, op.peer, "batch_isend_irecv", is_recv ? "source" : "destination", is_recv);
   }
-  const auto entry = s.engine->enter("batch_isend_irecv");
   std::vector<Work> works;
   works.reserve(ops.size());
   for (const P2POp& op : ops) {
@@ -372,8 +376,8 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops)
 // Messages between one pair on one round tag are FIFO, so consecutive barriers cannot mix.
 void ProcessGroup::barrier(const Group& group) {
   Impl& s = impl();
-  const auto& info = resolve_member(s, group, "barrier");
   const auto entry = s.engine->enter("barrier");
+  const auto& info = resolve_member(s, group, "barrier");
   const int n = static_cast<int>(info.members.size());
   const int me = info.my_rank;
   const Tensor token = empty({0}, kUInt8);
@@ -403,11 +407,11 @@ int ProcessGroup::recv_bytes(std::span<std::byte> bytes, int src, const Group& g
 std::vector<std::byte> ProcessGroup::recv_bytes(int src, const Group& group, int tag,
                                                 int* source) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("recv_bytes");
   check_tag(tag, "recv_bytes");
   const auto& info = resolve_member(s, group, "recv_bytes");
   check_peer(s, info, src, "recv_bytes", "source", true);
   Tensor t = empty({0}, kUInt8);
-  const auto entry = s.engine->enter("recv_bytes");
   const int from =
       s.engine->recv(t, src, key_for(info, tag, transport::kUserChannel), info.members, true);
   if (source) *source = from;
