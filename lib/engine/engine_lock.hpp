@@ -2,12 +2,14 @@
 // a torch process group per thread, or one C++ Group per thread, over the same ranks).
 //
 // Every call into the engine holds it (Engine::enter, at the ProcessGroup's entry points),
-// so the engine, its transport and the collectives above them see one thread at a time:
-// the lock's release/acquire pair gives the happens-before edges between successive holders. A call
-// that has to wait never keeps it while it does nothing (Engine::block_until): it lets a
-// waiting thread in at every idle turn of its spin (let_others_in) and releases it while it
-// sleeps on the doorbell. So the lock is only ever held for a bounded stretch of non-blocking
-// work, and a call on one group never waits for a call on another group to finish.
+// so the engine, its transport and the collectives above them see one thread at a time: the
+// lock's release/acquire pair gives the happens-before edges between successive holders. A
+// call that has to wait never keeps it while it does nothing (Engine::block_until): it lets
+// a waiting thread in at every turn of its spin (let_others_in) and releases it while it
+// sleeps on the doorbell. So the lock is only ever held for a bounded stretch of work that
+// does not wait for a peer (the longest: a single-copy sender whose send gave up, waiting
+// for a receiver's copy out of its buffer, shm_offers.cpp), and a call on one group never
+// waits for a call on another group to finish.
 //
 // Which thread drives progress: whichever holds the lock. progress() serves every pending
 // operation of the rank, whoever posted it, so a thread that sleeps is never needed for its
