@@ -2,8 +2,11 @@
 // several independent jobs' groups at once without global state. The free functions of
 // distributed.hpp act on a default instance that init_process_group creates.
 //
-// Threading rule: a ProcessGroup (and the Work objects it returns) is used by one thread at a
-// time. Different ProcessGroup objects may be used concurrently from different threads.
+// Threading rule: several threads may call on a ProcessGroup (and wait on its Work objects) at
+// once. Calls on different groups proceed independently; calls on one group made at once
+// from several threads pair in whatever order the threads enter, so the program orders them
+// (docs/semantics.md, "Threads"). destroy() must not run while another thread is in a call.
+// Different ProcessGroup objects may be used concurrently from different threads.
 #pragma once
 
 #include <chrono>

@@ -10,6 +10,20 @@
 // health-check interval (100 ms) to look at peers' health, the job state and the deadline.
 // Data never waits for that interval: it always comes with a wake-up (wait/doorbell.hpp),
 // which the lost-wake-up stress test checks by making the interval an hour.
+//
+// Threads (engine/engine_lock.hpp): the caller holds the engine's lock, unless it is a unit
+// test driving the engine from one thread (`shared` is then false and nothing below touches
+// the lock). done(), progress and every check run under it. At every idle turn of the spin a
+// waiting thread is let in; the sleep happens with the lock released, so other threads'
+// calls (on other groups) post, progress and complete meanwhile; the lock is taken back
+// before anything is looked at again. Several threads may sleep at once: the doorbell counts
+// its armed threads (wait/doorbell.hpp), and a peer's ring wakes all of them. A thread's
+// operation completed by another thread's progress is seen without a lost wake-up: the
+// completion consumed a peer's publication, and either that publication was visible to this
+// thread's re-check (made under the lock after its arm(), so after or before the other
+// thread's progress: then it saw the data, or saw its operation done) or its notifier saw
+// `armed` and rang. A change no peer rings for (a withdrawn send) wakes the sleepers itself
+// (wake_sleepers).
 #pragma once
 
 #include <sched.h>
@@ -25,16 +39,19 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
   // What the caller waits for is often there already: no clock read, no bookkeeping.
   if (done()) return true;
   if (progress(focus.peer, false) && done()) return true;
+  const bool shared = lock_.held_by_this_thread();
   const auto started = Clock::now();
   const auto deadline = started + limit;
   bool published = false;
+  // The rank's record of what it is blocked on (hang reports) is one per rank: with several
+  // threads blocked, the latest one's wait is shown, and it is cleared when the last leaves.
   struct ClearBlocked {
-    transport::Transport* t;
+    Engine* e;
     bool* published;
     ~ClearBlocked() {
-      if (*published) t->clear_blocked();
+      if (*published && --e->blocked_waits_ == 0) e->transport_->clear_blocked();
     }
-  } clear_on_exit{transport_.get(), &published};
+  } clear_on_exit{this, &published};
 
   for (auto now = started;; now = Clock::now()) {
     // Phase 1: spin (briefly, yielding, if more ranks are awake than there are CPUs).
@@ -45,6 +62,14 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
     std::uint64_t moves_seen = focus.moves ? *focus.moves : 0;
     for (unsigned iter = 1;; ++iter) {
       if (done()) return true;
+      // Another thread waits to enter (a call on another group): let it in now, then look
+      // again (its progress may have completed this wait). No `continue`: two threads that
+      // wait at once pass the lock to each other at every turn, and each turn must still
+      // make progress and reach the deadline check.
+      if (shared && lock_.contended()) [[unlikely]] {
+        lock_.let_others_in();
+        if (done()) return true;
+      }
       if (focus.moves && *focus.moves != moves_seen) {  // the call moved: spin on
         moves_seen = *focus.moves;
         spin_until = Clock::now() + how.spin;
@@ -73,6 +98,7 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
     // Phase 2: sleep on the doorbell (wait/doorbell.hpp explains why no wake-up is lost).
     if (!published) {
       publish_blocked(focus);
+      ++blocked_waits_;
       published = true;
     }
     for (;;) {
@@ -99,7 +125,21 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
         transport_->disarm();
         return false;
       }
-      transport_->sleep(token, std::min<Clock::duration>(deadline - now, spin_.health_check));
+      const auto nap = std::min<Clock::duration>(deadline - now, spin_.health_check);
+      ++sleepers_;
+      if (shared) {
+        // Asleep without the lock. The guard takes it back however sleep() ends, so that
+        // every path out of here (disarm, the caller's withdraw) runs under it.
+        struct Relock {
+          EngineLock& lock;
+          ~Relock() { lock.reacquire(); }
+        } relock{lock_};
+        lock_.release();
+        transport_->sleep(token, nap);
+      } else {
+        transport_->sleep(token, nap);
+      }
+      --sleepers_;
       transport_->disarm();
     }
   }

@@ -56,6 +56,7 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
   }
   sending_to_.clear();
   for (auto& task : std::exchange(tasks_, {})) task->abandon(error);
+  wake_sleepers();  // another thread's wait may be among them
   return sends;
 }
 
@@ -117,8 +118,12 @@ void Engine::withdraw_send(Operation& op) {
   // waited for; the send may turn out complete.
   if (op.out.started) transport_->release_outbound(op.peer, op.out);
   if (!op.out.started || op.out.done()) {
+    const bool head = it == queue.begin();
     queue.erase(it);
     if (queue.empty()) std::erase(sending_to_, op.peer);
+    // The next send to that peer may start now: if another thread of this rank sleeps on
+    // it, no peer would ring for this.
+    if (head) wake_sleepers();
     return;
   }
   auto orphan = std::make_shared<Operation>();

@@ -3,7 +3,11 @@
 // per destination (FIFO), and drives every pending operation of its rank whenever any call
 // waits, so that patterns which are safe with unlimited buffering never deadlock.
 //
-// Threading: an Engine is used by one thread at a time (its rank's thread).
+// Threading: several threads of the rank may use one Engine at once (calls on different
+// groups, docs/semantics.md "Threads"). Every call holds the engine's lock (enter(), taken at
+// the ProcessGroup's entry points; engine/engine_lock.hpp says why that is enough), which
+// its waits let go of while they have nothing to do. Unit tests that drive an Engine from a
+// single thread may skip enter(): a wait releases the lock only if its thread holds it.
 #pragma once
 
 #include <chrono>
@@ -14,9 +18,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/background.hpp"
+#include "engine/engine_lock.hpp"
 #include "engine/operation.hpp"
 #include "segment/layout.hpp"
 #include "transport/transport.hpp"
@@ -67,6 +73,31 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
          std::chrono::milliseconds timeout);
   ~Engine() override;
+
+  // The right to call into the engine, for one call of one thread (engine_lock.hpp). Empty
+  // when the thread was inside already (a call made from within another: re-entrant).
+  class Entry {
+   public:
+    Entry() = default;
+    explicit Entry(EngineLock* lock) : lock_(lock) {}
+    Entry(Entry&& other) noexcept : lock_(std::exchange(other.lock_, nullptr)) {}
+    Entry& operator=(Entry&&) = delete;
+    ~Entry() {
+      if (lock_) lock_->release();
+    }
+
+   private:
+    EngineLock* lock_ = nullptr;
+  };
+  // Enters the engine for `call` (a string literal: "all_reduce"), waiting at most `limit`
+  // (default: the group's timeout) for another thread's call to let it in; throws Timeout
+  // naming both calls after that. Calls that wait let others in, so that happens only if a
+  // thread is stuck inside the engine without waiting (stopped in a debugger, say).
+  [[nodiscard]] Entry enter(const char* call) { return enter(call, timeout_); }
+  [[nodiscard]] Entry enter(const char* call, Clock::duration limit);
+  // As enter(), but an empty optional instead of Timeout (Work::wait with a limit of its own:
+  // it returns false, "still pending").
+  [[nodiscard]] std::optional<Entry> try_enter(const char* call, Clock::duration limit);
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
@@ -213,6 +244,16 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void fail_on_abnormal_end(What&& what);
   [[noreturn]] void throw_timeout(const WaitFocus& focus, Clock::duration waited);
   std::string describe(const WaitFocus& focus) const;
+  // After a change made by this thread alone that another thread's sleeping wait may be
+  // waiting for (a send withdrawn from the head of its destination's queue, operations
+  // failed): wakes the rank's sleepers, which no peer would wake for it.
+  void wake_sleepers();
+
+  EngineLock lock_;
+  // Threads of this rank asleep in block_until (between arm and disarm). Under lock_.
+  int sleepers_ = 0;
+  // Waits of this rank's threads that published what they are blocked on. Under lock_.
+  int blocked_waits_ = 0;
 
   std::unique_ptr<transport::Transport> transport_;
   int rank_;

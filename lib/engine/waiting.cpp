@@ -4,6 +4,8 @@
 #include "engine/engine.hpp"
 #include "engine/group_name.hpp"
 
+#include <shmdist/errors.hpp>
+
 namespace shmdist::engine {
 namespace {
 // "ranks 1, 3 have" / "rank 2 has" (global ranks).
@@ -17,6 +19,29 @@ std::string awaited_text(const BackgroundTask& task) {
   return text + (awaited.size() == 1 ? " has" : " have");
 }
 }  // namespace
+
+std::optional<Engine::Entry> Engine::try_enter(const char* call, Clock::duration limit) {
+  if (lock_.held_by_this_thread()) return Entry{};
+  if (!lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
+  lock_.set_call(call);
+  return Entry{&lock_};
+}
+
+Engine::Entry Engine::enter(const char* call, Clock::duration limit) {
+  if (std::optional<Entry> entry = try_enter(call, limit)) [[likely]]
+    return std::move(*entry);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
+  throw Timeout(std::string(call) + " on rank " + std::to_string(rank_) + " timed out after " +
+                std::to_string(ms) + " ms waiting to enter the engine: another thread of this "
+                "process is inside it (in " + lock_.call() + ") and did not let it in. A call "
+                "lets others in whenever it waits, so that thread is stuck in work that does "
+                "not wait (stopped by a debugger or a signal?). Raise InitOptions::timeout if "
+                "it is just slow.");
+}
+
+void Engine::wake_sleepers() {
+  if (sleepers_ > 0) transport_->wake_sleepers();
+}
 
 bool Engine::progress(int preferred, bool full_scan) {
   bool moved = transport_->poll(*this, preferred, full_scan);

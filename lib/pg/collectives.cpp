@@ -30,6 +30,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
 // Blocking calls wait here (and rethrow the collective's error); async ones return at once.
 #define SHMDIST_COLLECTIVE(call, ...)                                   \
   Impl& s = impl();                                                     \
+  const auto entry = s.engine->enter(#call);                            \
   auto done = coll::call(setup(s, group, #call, !async_op), __VA_ARGS__); \
   if (!async_op) s.engine->wait(*done, std::nullopt);                   \
   return Work(std::move(done))
@@ -87,6 +88,7 @@ Work ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input,
 // barrier of the same number.
 void ProcessGroup::barrier(const Group& group) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("barrier");
   auto done = coll::barrier(setup(s, group, "barrier", true));
   s.engine->wait(*done, std::nullopt);
 }
@@ -97,6 +99,7 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
   if (timeout.count() < 0)
     throw InvalidArgument("monitored_barrier: the timeout " + std::to_string(timeout.count()) +
                           " ms is negative");
+  const auto entry = s.engine->enter("monitored_barrier");
   coll::monitored_barrier(setup(s, group, "monitored_barrier", true), timeout, wait_all_ranks);
 }
 
@@ -106,6 +109,7 @@ namespace detail {
 
 Work start_barrier(ProcessGroup& pg, const Group& group) {
   ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
+  const auto entry = s.engine->enter("barrier");
   return ProcessGroupAccess::make_work(coll::barrier(setup(s, group, "barrier", false)));
 }
 
@@ -117,6 +121,7 @@ Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& 
                     Kind::ReduceScatterTensor, Kind::AllToAll, Kind::AllToAllSingle}) {
     if (call != coll::kind_name(kind)) continue;
     ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
+    const auto entry = s.engine->enter("reject_collective");
     return ProcessGroupAccess::make_work(
         coll::reject(setup(s, group, call.c_str(), /*blocking=*/false), kind, why));
   }

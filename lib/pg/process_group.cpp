@@ -143,10 +143,15 @@ ProcessGroup::Impl& ProcessGroup::impl() const {
   return *impl_;
 }
 
+// Another thread must not be inside a call on this process group meanwhile (as with
+// MPI_Finalize): the engine goes away here.
 void ProcessGroup::destroy() {
   Impl& s = impl();
-  s.engine->finalize(std::cerr);
-  s.destroyed = true;
+  {
+    const auto entry = s.engine->enter("destroy_process_group");
+    s.engine->finalize(std::cerr);
+    s.destroyed = true;
+  }
   s.engine.reset();
   s.world_lane.reset();  // it holds the segment too
   s.segment.reset();
@@ -259,6 +264,7 @@ Group ProcessGroup::new_group(const std::vector<int>& ranks) {
     if (!unique.insert(r).second)
       throw InvalidArgument("new_group: rank " + std::to_string(r) + " is listed twice");
   }
+  const auto entry = s.engine->enter("new_group");
   auto info = std::make_shared<detail::GroupInfo>();
   info->owner = &s;
   info->id = s.next_group_id++;
@@ -292,6 +298,10 @@ std::vector<int> ProcessGroup::get_process_group_ranks(const Group& group) const
 }
 
 // ---- point-to-point -------------------------------------------------------------------------
+//
+// Every call enters the engine first (Engine::enter: several threads may call at once), also
+// before its checks: they read the engine's record of group disagreements, which another
+// thread's progress may write.
 
 namespace {
 // The checks of a point-to-point call, in order (tensor, tag, group, peer); returns its group.
@@ -308,30 +318,35 @@ inline const detail::GroupInfo& checked_p2p(const ProcessGroup::Impl& s, const T
 
 void ProcessGroup::send(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("send");
   const auto& info = checked_p2p(s, tensor, dst, group, tag, "send", false);
   s.engine->send(tensor, dst, key_for(info, tag, transport::kUserChannel));
 }
 
 int ProcessGroup::recv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("recv");
   const auto& info = checked_p2p(s, tensor, src, group, tag, "recv", true);
   return s.engine->recv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members);
 }
 
 Work ProcessGroup::isend(const Tensor& tensor, int dst, const Group& group, int tag) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("isend");
   const auto& info = checked_p2p(s, tensor, dst, group, tag, "isend", false);
   return Work(s.engine->isend(tensor, dst, key_for(info, tag, transport::kUserChannel)));
 }
 
 Work ProcessGroup::irecv(Tensor& tensor, int src, const Group& group, int tag) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("irecv");
   const auto& info = checked_p2p(s, tensor, src, group, tag, "irecv", true);
   return Work(s.engine->irecv(tensor, src, key_for(info, tag, transport::kUserChannel), info.members));
 }
 
 std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("batch_isend_irecv");
   if (ops.empty())
     throw InvalidArgument("batch_isend_irecv: the list of operations is empty");
   const detail::GroupInfo* first = &resolve(s, ops.front().group, "batch_isend_irecv");
@@ -371,6 +386,7 @@ int ProcessGroup::recv_bytes(std::span<std::byte> bytes, int src, const Group& g
 std::vector<std::byte> ProcessGroup::recv_bytes(int src, const Group& group, int tag,
                                                 int* source) {
   Impl& s = impl();
+  const auto entry = s.engine->enter("recv_bytes");
   check_tag(tag, "recv_bytes");
   const auto& info = resolve_member(s, group, "recv_bytes");
   check_peer(s, info, src, "recv_bytes", "source", true);

@@ -201,7 +201,9 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
 }
 
 void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {
-  ProcessGroupAccess::impl(pg).engine->check_peers(waiting_for);
+  engine::Engine& engine = *ProcessGroupAccess::impl(pg).engine;
+  const auto entry = engine.enter("check_peers");
+  engine.check_peers(waiting_for);
 }
 
 Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id) {

@@ -2,6 +2,8 @@
 
 #include "engine/engine.hpp"
 
+#include <algorithm>
+
 #include <shmdist/distributed.hpp>
 
 namespace shmdist {
@@ -26,25 +28,45 @@ std::shared_ptr<engine::Engine> engine_of(detail::Operation& op) {
 
 }  // namespace
 
+// The operation's status is written by whichever thread of the rank makes progress, under
+// the engine's lock: it is read under that lock too, while the engine lives. Once the engine
+// is gone (the weak_ptr expired) nothing writes it any more.
 void Work::wait() {
   detail::Operation& op = checked(op_, "wait");
+  if (auto engine = op.engine.lock()) {
+    const auto entry = engine->enter("Work::wait");
+    engine->wait(op, std::nullopt);
+    return;
+  }
   if (op.status == detail::Operation::Status::Done) return;  // no engine needed
-  if (auto engine = engine_of(op)) engine->wait(op, std::nullopt);
-  else if (op.status == detail::Operation::Status::Failed) std::rethrow_exception(op.error);
+  engine_of(op);  // pending without an engine: NotInitialized
+  if (op.status == detail::Operation::Status::Failed) std::rethrow_exception(op.error);
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   detail::Operation& op = checked(op_, "wait");
+  if (auto engine = op.engine.lock()) {
+    // The time spent waiting to enter counts against the caller's limit.
+    const auto start = engine::Clock::now();
+    const auto entry = engine->try_enter("Work::wait", timeout);
+    if (!entry) return false;  // another thread held the engine all that time: still pending
+    const auto left = std::max(std::chrono::milliseconds::zero(),
+                               timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             engine::Clock::now() - start));
+    return engine->wait(op, left);
+  }
   if (op.status == detail::Operation::Status::Done) return true;
-  if (auto engine = engine_of(op)) return engine->wait(op, timeout);
+  engine_of(op);
   if (op.status == detail::Operation::Status::Failed) std::rethrow_exception(op.error);
   return true;
 }
 
 bool Work::is_completed() {
   detail::Operation& op = checked(op_, "is_completed");
-  if (!op.pending()) return true;
-  if (auto engine = op.engine.lock()) return engine->test(op);
+  if (auto engine = op.engine.lock()) {
+    const auto entry = engine->enter("Work::is_completed");
+    return engine->test(op);
+  }
   return !op.pending();
 }
 

@@ -144,7 +144,13 @@ bool RoutingTransport::inbound_pending(int src) const {
 void RoutingTransport::sleep(std::uint32_t token, std::chrono::nanoseconds timeout) {
   if (has_remote_peers_) timeout = std::min(timeout, remote_->poll_interval());
   local_->sleep(token, timeout);
-  remote_skip_left_ = 0;  // a sleeper looks at MPI on every wake-up
+}
+
+// A sleeper looks at MPI on every wake-up. Reset here, not in sleep(): sleep() runs without
+// the engine's lock (threads of one rank sleep at once), disarm() with it.
+void RoutingTransport::disarm() {
+  local_->disarm();
+  remote_skip_left_ = 0;
 }
 
 PeerState RoutingTransport::peer_state(int peer) {

@@ -60,7 +60,8 @@ class RoutingTransport final : public Transport {
   int awake_ranks() const override { return local_->awake_ranks(); }
   std::uint32_t arm() override { return local_->arm(); }
   void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override;
-  void disarm() override { local_->disarm(); }
+  void disarm() override;
+  void wake_sleepers() override { local_->wake_sleepers(); }
 
   PeerState peer_state(int peer) override;
   void check_job() override;

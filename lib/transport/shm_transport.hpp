@@ -52,6 +52,7 @@ class ShmTransport final : public Transport {
     doorbell_.sleep(token, timeout);
   }
   void disarm() override { doorbell_.disarm(); }
+  void wake_sleepers() override { doorbell_.wake_own(); }
 
   PeerState peer_state(int peer) override;
   void check_job() override;

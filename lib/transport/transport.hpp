@@ -121,6 +121,9 @@ class Transport {
   virtual std::uint32_t arm() = 0;
   virtual void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) = 0;
   virtual void disarm() = 0;
+  // Wakes this rank's own threads asleep in sleep() (threads of one rank: a change one made
+  // that another waits for). Called, like arm(), by one thread at a time (the engine's lock).
+  virtual void wake_sleepers() {}
 
   // Peer health and job state. check_job() throws PeerFailure if the job was aborted.
   virtual PeerState peer_state(int peer) = 0;

@@ -78,10 +78,24 @@ class Doorbell {
 
   // Announces that the owner may sleep. After this, re-check every condition, then sleep()
   // with the returned sequence (or disarm() if something turned up).
+  //
+  // Several threads of the owner may be armed at once (threads of one rank, each waiting in
+  // its own call; engine/engine_lock.hpp). arm() and disarm() are then serialized by the
+  // owner's lock, which is why armers_ is a plain counter, while sleep() runs outside it.
+  // `armed` is 1 while any thread is armed: set by the first arm(), cleared by the last
+  // disarm(). Every arm() still issues its own F_w, and that is enough for a thread that
+  // found `armed` set by another one: that store happens before this F_w (through the lock),
+  // so a notifier whose load of `armed` reads an older value is coherence-ordered before the
+  // store, and C++20 [atomics.order] (4.4) then puts its F_n before this F_w in the single
+  // total order, i.e. this thread's re-check sees the notifier's publication. The last
+  // disarm() comes after every armed thread has stopped sleeping, so no store of 0 can hide
+  // a sleeper. FUTEX_WAKE wakes every sleeper (wake() wakes INT_MAX).
   std::uint32_t arm() {
     const std::uint32_t seq = own_.seq->load(std::memory_order_acquire);
-    own_.armed->store(1, std::memory_order_relaxed);
-    sleeping_->fetch_add(1, std::memory_order_relaxed);
+    if (armers_++ == 0) {
+      own_.armed->store(1, std::memory_order_relaxed);
+      sleeping_->fetch_add(1, std::memory_order_relaxed);  // the rank, not each thread
+    }
     if (!heavy_) {
       std::atomic_thread_fence(std::memory_order_seq_cst);  // F_w
     } else if (!heavy_fence()) [[unlikely]] {                // F_w, and membarrier
@@ -96,14 +110,21 @@ class Doorbell {
     futex_wait(*own_.seq, seq, timeout);
   }
   void disarm() {
+    if (--armers_ != 0) return;
     own_.armed->store(0, std::memory_order_relaxed);
     sleeping_->fetch_sub(1, std::memory_order_relaxed);
+  }
+  // Wakes every thread of the owner asleep on its own doorbell (a change one of its threads
+  // made, which no peer rings for). Called with the owner's lock held, like arm().
+  void wake_own() {
+    if (armers_ != 0) wake(*own_.seq);
   }
 
  private:
   DoorbellWords own_;
   std::atomic<std::uint32_t>* sleeping_ = nullptr;
   bool heavy_ = false;
+  std::uint32_t armers_ = 0;  // the owner's threads between arm() and disarm()
 };
 
 }  // namespace shmdist::wait

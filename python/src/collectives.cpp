@@ -57,7 +57,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::collective(
   auto work = make_work(type, std::move(outputs), timeout);
   for (const BoundTensor& b : written)
     if (b.staging.defined()) work->on_success([b] { b.finish(); });
-  std::lock_guard lock(job_->mutex);
   for (Work& w : post()) work->add(std::move(w));
   return work;
 }

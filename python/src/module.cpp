@@ -101,7 +101,7 @@ c10::intrusive_ptr<BackendBase> create_process_group(
   std::shared_ptr<Job> world = world_job();
   if (!world || !world->pg.is_initialized()) return create_job(store, rank, size, timeout, false);
   std::vector<int> members(global_ranks_in_group.begin(), global_ranks_in_group.end());
-  std::lock_guard lock(world->mutex);
+  std::lock_guard lock(world->mutex);  // not while the job is being destroyed
   TORCH_CHECK(world->pg.get_rank() == members[static_cast<std::size_t>(rank)],
               "shm backend: this process is global rank ", world->pg.get_rank(),
               " but torch made it rank ", rank, " of a group of global ranks that puts global "
@@ -114,9 +114,9 @@ c10::intrusive_ptr<BackendBase> create_process_group(
 }
 
 // torch's store-based barrier (shmdist/torch.py) calls this at every poll of the store: a
-// rank of the world job that ended abnormally raises PeerFailure naming it. A Python thread
-// that is inside a call on the job holds its mutex and checks the peers itself; then (and
-// when there is no world job on "shm") there is nothing to do here.
+// rank of the world job that ended abnormally raises PeerFailure naming it. While the job is
+// being destroyed (its mutex held) destroy checks the peers itself; then (and when there is
+// no world job on "shm") there is nothing to do here.
 // Returns whether this process has a world job on "shm" (false: nothing to watch).
 bool check_world_peers(const std::string& waiting_for) {
   std::shared_ptr<Job> world = world_job();

@@ -51,7 +51,6 @@ double cxx_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::str
     auto* shm = dynamic_cast<ProcessGroupShm*>(backend.get());
     TORCH_CHECK(shm != nullptr, "_cxx_loop: path 'shmdist' needs a group of backend 'shm'");
     BoundTensor b = bind(tensor, "_cxx_loop");
-    std::lock_guard lock(shm->job()->mutex);
     ProcessGroup& core = shm->job()->pg;
     const int to = shm->members().at(static_cast<std::size_t>(peer));
     for (int i = 0; i < iterations; ++i)

@@ -1,6 +1,7 @@
 // ProcessGroupShm: construction, point-to-point and the barriers (collectives.cpp has the
-// rest). Every call binds its tensors, posts shmdist non-blocking operations under the job's
-// mutex and returns a ShmWork; torch waits on it (at once unless async_op=True).
+// rest). Every call binds its tensors, posts shmdist non-blocking operations (shmdist's
+// ProcessGroup takes calls from any thread: job.hpp) and returns a ShmWork; torch waits on it
+// (at once unless async_op=True).
 
 #include "process_group.hpp"
 
@@ -59,7 +60,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::send(std::vector<at::Tensor>& te
   BoundTensor b = bind(single(tensors, "send"), "send");
   const int to = global_rank(dst, "send");
   auto work = make_work(c10d::OpType::SEND, {}, c10d::kUnsetTimeout);
-  std::lock_guard lock(job_->mutex);
   work->add(job_->pg.isend(b.view, to, group_, tag));
   return work;
 }
@@ -71,7 +71,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recv(std::vector<at::Tensor>& te
   auto work = make_work(c10d::OpType::RECV, {b.original}, c10d::kUnsetTimeout);
   work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
-  std::lock_guard lock(job_->mutex);
   work->add(job_->pg.irecv(b.view, from, group_, tag));
   return work;
 }
@@ -82,7 +81,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Te
   auto work = make_work(c10d::OpType::RECVANYSOURCE, {b.original}, c10d::kUnsetTimeout);
   work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
-  std::lock_guard lock(job_->mutex);
   work->add(job_->pg.irecv(b.view, ANY_SOURCE, group_, tag));
   return work;
 }
@@ -103,7 +101,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptio
 // only torch's "unset" (-1 ms) means the group's timeout.
 void ProcessGroupShm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const auto limit = opts.timeout != c10d::kUnsetTimeout ? opts.timeout : timeout_;
-  std::lock_guard lock(job_->mutex);
   job_->pg.monitored_barrier(group_, limit, wait_all_ranks);
 }
 

@@ -113,7 +113,7 @@ class ProcessGroupShm : public BackendBase {
                                         std::chrono::milliseconds op_timeout) const;
   int global_rank(int group_rank, const char* op) const;
   // A collective: a Work returning `outputs`, copying `written` back out of their staging
-  // copies once `post` (called under the job's mutex) has completed.
+  // copies once `post` has completed.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             const std::vector<BoundTensor>& written,
                                             std::chrono::milliseconds timeout,

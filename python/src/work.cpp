@@ -18,19 +18,10 @@ ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, int global_rank, c10d::OpTy
       timeout_(timeout),
       global_rank_(global_rank) {}
 
-// The shmdist Work objects are released under the job's mutex: dropping the last reference
-// to an operation must not race with another thread's progress on the same engine. A work
-// that completed holds none (complete_locked and fail_locked released them under the
-// mutex), so it skips the lock. Reading works_ here without it is safe: the destructor runs
-// after the last reference is dropped, and intrusive_ptr's release is an acq_rel decrement
-// of the reference count, so every earlier change (made under the mutex, then released by
-// its thread's own drop of a reference) happens before this read.
-ShmWork::~ShmWork() {
-  if (works_.empty() && on_success_.empty()) return;
-  std::lock_guard lock(job_->mutex);
-  works_.clear();
-  on_success_.clear();
-}
+// Dropping the shmdist Work objects needs no lock: an operation still pending is kept alive
+// by its engine, and one that is done is no longer referred to by it (the references are
+// counted atomically). Nothing else can touch this work any more: this is its last reference.
+ShmWork::~ShmWork() = default;
 
 bool ShmWork::done() const {
   std::lock_guard lock(mutex_);
@@ -57,8 +48,10 @@ bool ShmWork::fail_locked(std::exception_ptr e) {
   return true;
 }
 
+// A poll: if another thread is waiting on this work right now, it is not known to be done.
 bool ShmWork::isCompleted() {
-  std::lock_guard lock(job_->mutex);
+  std::unique_lock lock(wait_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return done();
   if (done()) return true;
   try {
     for (shmdist::Work& w : works_)
@@ -73,15 +66,29 @@ bool ShmWork::isCompleted() {
 
 bool ShmWork::wait(std::chrono::milliseconds timeout) {
   {
-    std::lock_guard lock(job_->mutex);
-    if (!done()) {
-      const bool explicit_limit = timeout != kNoTimeout;
-      const auto limit = explicit_limit ? timeout : timeout_;
+    const bool explicit_limit = timeout != kNoTimeout;
+    const auto limit = explicit_limit ? timeout : timeout_;
+    const auto start = Clock::now();
+    // Another thread waiting on this same work: wait for it within the limit. No lock held
+    // here is one another group's call needs (issue 27.1): the shmdist calls below take the
+    // engine's lock and let it go while they wait.
+    std::unique_lock lock(wait_mutex_, std::defer_lock);
+    if (!lock.try_lock_until(start + limit) && !done()) {
+      const std::string what = "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
+                               std::to_string(global_rank_);
+      if (explicit_limit)  // the work stays pending: wait() may be retried
+        throw Timeout(what + " did not complete within the " + std::to_string(limit.count()) +
+                      " ms given to wait(); another thread of this process is waiting on it");
+      throw Timeout(what + " timed out: not complete within the process group's timeout of " +
+                    std::to_string(limit.count()) + " ms; another thread of this process was "
+                    "waiting on the same work all that time");
+    }
+    if (lock.owns_lock() && !done()) {
       // Without a limit of its own the wait ends where shmdist's own timeout ends, and
       // shmdist's Timeout says what was awaited; only other limits are checked here (and
       // only they need the clock).
       const bool own_limit = explicit_limit || limit != job_->pg.timeout();
-      const auto deadline = own_limit ? Clock::now() + limit : Clock::time_point{};
+      const auto deadline = start + limit;
       const std::string what = "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
                                std::to_string(global_rank_);
       bool still_pending = false;

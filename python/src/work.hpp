@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <shmdist/distributed.hpp>
@@ -44,12 +45,17 @@ class ShmWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
-  // With the job's mutex held: runs the success steps and marks the work done (or failed).
+  // With wait_mutex_ held: runs the success steps and marks the work done (or failed).
   void complete_locked();
   bool fail_locked(std::exception_ptr e);
   bool done() const;
 
   std::shared_ptr<Job> job_;
+  // Held by the thread that waits on or tests this work: the state below is its (torch may
+  // wait on one work from two threads, e.g. wait() and getFuture()). Never held by anything
+  // else, and only for this work; the shmdist calls inside take the engine's lock themselves.
+  // Timed: a second waiter waits at most its own limit for the first.
+  std::timed_mutex wait_mutex_;
   // Most calls post one shmdist operation: kept inline, without an allocation.
   c10::SmallVector<shmdist::Work, 1> works_;
   std::vector<std::function<void()>> on_success_;

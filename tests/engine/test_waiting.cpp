@@ -7,6 +7,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <shmdist/errors.hpp>
 
 #include "engine/background.hpp"
 #include "engine/block_until.hpp"
@@ -93,6 +98,66 @@ BOOST_AUTO_TEST_CASE(a_call_whose_members_outnumber_the_cpus_is_crowded) {
     rig.engine->wait_until([&] { return ++looks >= 1000; }, what, 0);
     BOOST_TEST(rig.wire->sleeps > 0);
   }
+}
+
+// Threads of one rank (issue 27.1). A call waiting in the engine lets another thread's call
+// in while it spins, not only once it sleeps: here one thread waits (an hour of spin time,
+// so it never sleeps; 30 s timeout) for a flag that only a second thread, which must enter
+// the engine to set it, can set. Before, the wait kept the rank to itself and both hung
+// until the timeout.
+BOOST_AUTO_TEST_CASE(a_waiting_thread_lets_another_thread_in) {
+  wait::SpinPolicy spin;
+  spin.spin_alone = spin.spin_crowded = std::chrono::hours(1);
+  WaitRig rig(spin);
+  bool flag = false;  // written and read inside the engine only (under its lock)
+  std::optional<std::string> error;
+  std::thread setter;
+  auto set_flag = [&] {
+    try {
+      const auto entry = rig.engine->enter("the setter's call");
+      flag = true;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  {
+    const auto entry = rig.engine->enter("the waiter's call");
+    const Named what;
+    // The setter starts once the waiter is inside its wait, holding the engine.
+    BOOST_CHECK_NO_THROW(rig.engine->wait_until(
+        [&] {
+          if (!setter.joinable()) setter = std::thread(set_flag);
+          return flag;
+        },
+        what, 0));
+  }
+  setter.join();
+  BOOST_TEST(!error.has_value(), error.value_or(""));
+}
+
+// Entering is bounded by the limit (the group's timeout): a thread that cannot get in, because
+// another one stays inside without waiting, gets Timeout naming both calls.
+BOOST_AUTO_TEST_CASE(entering_an_engine_another_thread_holds_times_out_naming_its_call) {
+  WaitRig rig(wait::SpinPolicy{});
+  const auto held = rig.engine->enter("all_reduce");
+  std::string message;
+  bool try_failed = false;
+  std::thread other([&] {
+    try_failed = !rig.engine->try_enter("Work::wait", 20ms).has_value();
+    try {
+      const auto entry = rig.engine->enter("send", 50ms);
+    } catch (const Timeout& e) {
+      message = e.what();
+    }
+  });
+  other.join();
+  BOOST_TEST(try_failed);
+  BOOST_TEST(message.find("send on rank 0 timed out after 50 ms waiting to enter the engine") !=
+                 std::string::npos,
+             message);
+  BOOST_TEST(message.find("(in all_reduce)") != std::string::npos, message);
+  // The holder itself re-enters freely (a call made from within another).
+  BOOST_CHECK_NO_THROW(rig.engine->enter("barrier", 0ms));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -204,6 +204,26 @@ def test_init_again_after_destroy_under_shmrun(tmp_path):
             assert f"ROUND {round_} rank={rank} sum={6 * round_}" in result.stdout, result
 
 
+def test_two_threads_on_two_groups_of_the_same_ranks():
+    """Issue 27.1: two threads per rank, each with its own group of ranks [0, 1], started in
+    opposite orders on the two ranks, complete 200 all_reduces each (before: each rank's
+    waiting thread held the lock its other thread needed to post, and both ranks hung for
+    good). A call its peer does not make times out after its group's timeout (3 s) while the
+    other thread's group keeps working, and the late call completes it."""
+    results = env_ranks(2, WORKERS / "threads.py", timeout=200,
+                        extra_env={"SHMDIST_TEST_TIMEOUT_S": "60"})
+    text = "".join(r.stdout for r in results)
+    assert not failures(text), "\n".join(failures(text)) + "\n" + repr(results)
+    for name in ("two_threads_two_groups", "groups_agree_after_threads",
+                 "timeout_on_one_group_other_group_runs"):
+        for r in range(2):
+            assert f"PASS {name} rank={r}" in text, results
+    timeout_line = next(line for line in text.splitlines() if line.startswith("TIMEOUT"))
+    assert "Timeout" in timeout_line and "timed out" in timeout_line, timeout_line
+    assert "3000 ms" in timeout_line, timeout_line  # the group's own timeout, not the job's
+    assert all(r.returncode == 0 for r in results), results
+
+
 def test_kill_9_after_init_leaves_nothing():
     procs = start_env_ranks(2, WORKERS / "hold.py")
     try:

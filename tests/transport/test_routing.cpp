@@ -134,7 +134,11 @@ BOOST_AUTO_TEST_CASE(waiting_for_a_remote_peer_or_scanning_fully_looks_at_once) 
   BOOST_TEST(t.remote->polls == before + 20);
   for (int i = 0; i < 100; ++i) t.routing->poll(t.handler, 1, false);   // backed off again
   const int slept = t.remote->polls;
-  t.routing->sleep(0, std::chrono::nanoseconds(0));
+  // A sleep as the engine makes it: arm, sleep, disarm (the reset happens in disarm, which
+  // runs under the engine's lock; sleep runs without it, in several threads at once).
+  const std::uint32_t token = t.routing->arm();
+  t.routing->sleep(token, std::chrono::nanoseconds(0));
+  t.routing->disarm();
   t.routing->poll(t.handler, -1, false);  // the first call after a sleep looks
   BOOST_TEST(t.remote->polls == slept + 1);
 }
