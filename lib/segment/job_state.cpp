@@ -31,13 +31,40 @@ std::string describe_end(EndKind kind, int code) {
   return "ended";
 }
 
+namespace {
+// Whether a failure record says how the rank ended (an exit code, a signal, an exception),
+// rather than only that it is gone.
+bool says_how(EndKind kind) {
+  return kind == EndKind::Exited || kind == EndKind::Signaled || kind == EndKind::Threw ||
+         kind == EndKind::Finalized;
+}
+
+// How `rank` ended, from its control block, for a root cause found through failed_because.
+void end_of(const Segment& seg, int rank, EndKind& kind, int& code) {
+  const RankControl& rc = seg.rank_control(rank);
+  kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
+  code = rc.end_code.load(std::memory_order_relaxed);  // ordered by the acquire above
+  // A clean exit is no failure of its own: say that the rank left while it was needed.
+  if (says_how(kind) && !(kind == EndKind::Exited && code == 0)) return;
+  code = 0;
+  const auto state = static_cast<RankState>(rc.state.load(std::memory_order_acquire));
+  kind = state == RankState::Finalized || kind == EndKind::Exited ? EndKind::Finalized
+                                                                  : EndKind::Vanished;
+}
+
+// "rank R (pid P)", R the global rank.
+std::string who_is(const Segment& seg, int rank) {
+  std::string who = "rank " + std::to_string(seg.rank_name(rank));
+  if (const int pid = seg.rank_control(rank).pid.load(std::memory_order_relaxed); pid > 0)
+    who += " (pid " + std::to_string(pid) + ")";
+  return who;
+}
+}  // namespace
+
 std::string describe_rank_end(const Segment& seg, int rank) {
   const RankControl& rc = seg.rank_control(rank);
   const auto kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
-  std::string who = "rank " + std::to_string(seg.rank_name(rank));
-  if (const int pid = rc.pid.load(std::memory_order_relaxed); pid > 0)
-    who += " (pid " + std::to_string(pid) + ")";
-  return who + " " + describe_end(kind, rc.end_code.load(std::memory_order_relaxed));
+  return who_is(seg, rank) + " " + describe_end(kind, rc.end_code.load(std::memory_order_relaxed));
 }
 
 std::string describe_job_failure(const Segment& seg) {
@@ -63,11 +90,20 @@ std::string describe_job_failure(const Segment& seg) {
   }
   const auto kind = static_cast<EndKind>(h.failed_kind.load(std::memory_order_acquire));
   const int code = h.failed_code.load(std::memory_order_relaxed);
-  std::string who = "rank " + std::to_string(seg.rank_name(rank));
-  if (const int pid = seg.rank_control(rank).pid.load(std::memory_order_relaxed); pid > 0)
-    who += " (pid " + std::to_string(pid) + ")";
-  return "peer failure: " + who + " " + describe_end(kind, code) +
-         "; the job is aborted, so this call cannot complete";
+  std::string what = who_is(seg, rank) + " " + describe_end(kind, code);
+  // A rank that exited non-zero or threw after raising PeerFailure because a peer finalized or
+  // exited: its own end may be that PeerFailure's consequence or a failure of its own (it
+  // caught it and went on); nobody can tell which, so both are named, the cause last.
+  // (record_job_failure replaced a rank with an unknown end by its cause; a signal is its own.)
+  if (kind == EndKind::Exited || kind == EndKind::Threw) {
+    if (const int root = root_cause(seg, rank); root != rank) {
+      EndKind root_kind{};
+      int root_code = 0;
+      end_of(seg, root, root_kind, root_code);
+      what += " after " + who_is(seg, root) + " " + describe_end(root_kind, root_code);
+    }
+  }
+  return "peer failure: " + what + "; the job is aborted, so this call cannot complete";
 }
 
 void record_rank_end(const Segment& seg, int rank, EndKind kind, int code) {
@@ -81,28 +117,6 @@ void record_rank_end(const Segment& seg, int rank, EndKind kind, int code) {
     rc.state.store(static_cast<std::uint32_t>(RankState::Ended), std::memory_order_release);
   wake_all(seg);
 }
-
-namespace {
-// Whether a failure record says how the rank ended (an exit code, a signal, an exception),
-// rather than only that it is gone.
-bool says_how(EndKind kind) {
-  return kind == EndKind::Exited || kind == EndKind::Signaled || kind == EndKind::Threw ||
-         kind == EndKind::Finalized;
-}
-
-// How `rank` ended, from its control block, for a root cause found through failed_because.
-void end_of(const Segment& seg, int rank, EndKind& kind, int& code) {
-  const RankControl& rc = seg.rank_control(rank);
-  kind = static_cast<EndKind>(rc.end_kind.load(std::memory_order_acquire));
-  code = rc.end_code.load(std::memory_order_relaxed);  // ordered by the acquire above
-  // A clean exit is no failure of its own: say that the rank left while it was needed.
-  if (says_how(kind) && !(kind == EndKind::Exited && code == 0)) return;
-  code = 0;
-  const auto state = static_cast<RankState>(rc.state.load(std::memory_order_acquire));
-  kind = state == RankState::Finalized || kind == EndKind::Exited ? EndKind::Finalized
-                                                                  : EndKind::Vanished;
-}
-}  // namespace
 
 void record_failure_cause(const Segment& seg, int rank, int cause) {
   if (cause < 0 || cause >= seg.world_size() || cause == rank) return;
@@ -129,13 +143,6 @@ int root_cause(const Segment& seg, int rank) {
 bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
   SegmentHeader& h = seg.header();
   bool first = false;
-  // A rank that failed because a peer finalized or exited first (it raised PeerFailure about
-  // that peer, then exited non-zero or threw) is not the root cause: name the peer, and how it
-  // ended, so that every survivor names the rank whose end started it.
-  if (const int root = root_cause(seg, rank); root != rank) {
-    rank = root;
-    end_of(seg, rank, kind, code);
-  }
   if (rank >= 0 && rank < seg.world_size()) {
     // A rank that saw a peer vanish knows less than the launcher, which may already have
     // written how the peer ended into its control block: use that.
@@ -145,6 +152,17 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
       if (says_how(known)) {
         kind = known;
         code = rc.end_code.load(std::memory_order_relaxed);
+      }
+    }
+    // A rank that raised PeerFailure because a peer finalized or exited first, and whose own
+    // end is unknown, is not the root cause: name the peer, and how it ended, so that every
+    // survivor names the rank whose end started it. A rank whose end is known keeps it: a
+    // signal is its own root cause; an exit code or exception is described with the cause
+    // after it (describe_job_failure).
+    if (!says_how(kind)) {
+      if (const int root = root_cause(seg, rank); root != rank) {
+        rank = root;
+        end_of(seg, rank, kind, code);
       }
     }
     int expected = -1;

@@ -26,10 +26,12 @@ void record_rank_end(const Segment& seg, int rank, EndKind kind, int code);
 // rank -1: aborts the job without naming a rank (launcher timeout, signal). A record that
 // only says the rank is gone (Vanished) takes the exact end from the rank's control block
 // when the launcher has written it there, and is completed by a later call that says how.
-// A rank whose failure has a recorded root cause (record_failure_cause) is replaced by it.
+// A rank with a recorded root cause (record_failure_cause) whose end is unknown is replaced
+// by that cause; one that exited non-zero or threw is kept, and describe_job_failure names
+// the cause after it; a signal is its own root cause.
 bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code);
 // Records (once) that `rank` raises PeerFailure because `cause` finalized or exited: a later
-// failure of `rank` is blamed on `cause` (RankControl::failed_because).
+// failure of `rank` is blamed on, or described with, `cause` (RankControl::failed_because).
 void record_failure_cause(const Segment& seg, int rank, int cause);
 // The rank at the end of `rank`'s "failed because" chain (`rank` itself if none).
 int root_cause(const Segment& seg, int rank);

@@ -150,8 +150,9 @@ struct RankControl {
   std::atomic<std::uint32_t> end_kind;  // EndKind
   std::atomic<std::int32_t> end_code;
   // 1 + the rank whose end (finalized, exited) made this rank raise PeerFailure, 0: none.
-  // Written once by the rank itself (segment::record_failure_cause); a failure of this rank
-  // is then blamed on that root cause (segment::record_job_failure).
+  // Written once by the rank itself (segment::record_failure_cause); a later failure of this
+  // rank (other than a signal) is then blamed on, or described with, that root cause
+  // (segment::record_job_failure, describe_job_failure).
   std::atomic<std::int32_t> failed_because;
   char pad2[kLine - 20];
   // Line 3: what the rank waits for (written only on the slow path, read by the launcher).

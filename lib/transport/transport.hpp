@@ -132,7 +132,8 @@ class Transport {
   virtual void report_failure(int peer) = 0;
   // Records that this rank is about to raise PeerFailure because `peer` finalized or exited
   // (which aborts nothing by itself): if this rank then fails, the job's failure names `peer`,
-  // the root cause, not this rank (segment::record_job_failure). Only the first cause counts.
+  // the root cause, after this rank's exit code or exception, or alone when this rank's end
+  // is unknown; a signal is named alone (segment::record_job_failure). The first cause counts.
   virtual void note_failure_cause(int /*peer*/) {}
 
   virtual void set_blocked(const BlockedInfo& info) = 0;

@@ -99,8 +99,10 @@ BOOST_AUTO_TEST_CASE(rank_killed_by_a_signal_fails_blocked_peers) {
 
 // Issue 27.7: rank 1 ends while rank 2 receives from it; rank 2 raises PeerFailure and leaves
 // at once (exit 42); rank 0, receiving from rank 2, must name rank 1, the root cause, and how
-// it ended, not rank 2. Rank 1 exiting 0 without finalizing (under shmrun: a clean end, which
-// aborts nothing by itself) used to make rank 0 say "rank 2 (pid ...) exited with code 42".
+// it ended. Rank 1 exiting 0 without finalizing (under shmrun: a clean end, which aborts
+// nothing by itself) used to make rank 0 say only "rank 2 (pid ...) exited with code 42";
+// now rank 2's exit is the job's failure and is named with its cause after it. Rank 1
+// failing itself (exit:3, signal:9) is the job's failure, and rank 2 goes unnamed.
 BOOST_AUTO_TEST_CASE(survivors_name_the_root_cause_not_a_rank_that_raised_and_left) {
   const std::pair<const char*, const char*> ends[] = {
       {"exit:0", "finalized (destroy_process_group) or exited while its peers still needed it"},
@@ -116,13 +118,66 @@ BOOST_AUTO_TEST_CASE(survivors_name_the_root_cause_not_a_rank_that_raised_and_le
       BOOST_REQUIRE(pids.size() == 3u);
       const std::string root =
           "rank 1 (pid " + std::to_string(pids.at(1)) + ") " + std::string(words);
+      const bool rank1_failed = std::string(how) != "exit:0";
+      const std::string expected =
+          "peer failure: " +
+          (rank1_failed ? root
+                        : "rank 2 (pid " + std::to_string(pids.at(2)) +
+                              ") exited with code 42 after " + root) +
+          "; the job is aborted";
       bool rank0_reported = false;
       for (const auto& line : lines_starting(r.out, "PEER_FAILURE")) {
         auto f = fields_of(line);
         if (f["rank"] != "0") continue;
         rank0_reported = true;
-        BOOST_TEST(contains(f["what"], root), f["what"]);
-        BOOST_TEST(!contains(f["what"], "rank 2"), f["what"]);
+        BOOST_TEST(contains(f["what"], expected), f["what"]);
+        if (rank1_failed) BOOST_TEST(!contains(f["what"], "rank 2"), f["what"]);
+      }
+      BOOST_TEST(rank0_reported);
+    }
+  }
+}
+
+// Review fix for 27.7: a recorded cause does not override the rank's own end. Rank 1 exits 0
+// while rank 2 receives from it; rank 2 catches the PeerFailure, carries on, then crashes or
+// exits non-zero; rank 0, receiving from rank 2, must be told that. A crash is its own root
+// cause (rank 1 unnamed); a non-zero exit names both. Before, rank 0 was told only "rank 1
+// ... finalized ... while its peers still needed it" in every case.
+BOOST_AUTO_TEST_CASE(a_recorded_cause_does_not_hide_a_later_crash_or_exit_code) {
+  const std::pair<const char*, const char*> ends[] = {
+      {"signal:11", "was killed by signal 11 (SIGSEGV)"},
+      {"signal:6", "was killed by signal 6 (SIGABRT)"},
+      {"signal:9", "was killed by signal 9 (SIGKILL)"},
+      {"exit:3", "exited with code 3"}};
+  for (const auto& [how, words] : ends) {
+    BOOST_TEST_CONTEXT(how) {
+      const CommandResult r = run_command(
+          shmrun({"-n", "3", program("fault_rank"), "after_cause", how}), clean_options(60s));
+      BOOST_TEST_INFO(r.out << r.err);
+      BOOST_TEST(!r.timed_out);
+      const auto pids = ready_pids(r.out);
+      BOOST_REQUIRE(pids.size() == 3u);
+      BOOST_TEST(lines_starting(r.out, "CARRIED_ON").size() == 1u);
+      const std::string rank2 =
+          "rank 2 (pid " + std::to_string(pids.at(2)) + ") " + std::string(words);
+      const std::string rank1 = "rank 1 (pid " + std::to_string(pids.at(1)) +
+                                ") finalized (destroy_process_group) or exited while its peers "
+                                "still needed it";
+      const bool crashed = std::string(how).rfind("signal:", 0) == 0;
+      bool rank0_reported = false;
+      for (const auto& line : lines_starting(r.out, "PEER_FAILURE")) {
+        auto f = fields_of(line);
+        if (f["rank"] != "0") continue;
+        rank0_reported = true;
+        if (crashed) {
+          BOOST_TEST(contains(f["what"], "peer failure: " + rank2 + "; the job is aborted"),
+                     f["what"]);
+          BOOST_TEST(!contains(f["what"], "rank 1"), f["what"]);
+        } else {
+          BOOST_TEST(contains(f["what"], "peer failure: " + rank2 + " after " + rank1 +
+                                             "; the job is aborted"),
+                     f["what"]);
+        }
       }
       BOOST_TEST(rank0_reported);
     }

@@ -10,6 +10,9 @@
 //   fault_rank chain HOW           3 ranks: rank 1 dies as told (as in die) while rank 2
 //                                  receives from it and rank 0 from rank 2; rank 2 leaves on
 //                                  its PeerFailure at once (exit 42), rank 0 reports its own.
+//   fault_rank after_cause HOW     3 ranks: rank 1 exits 0 while rank 2 receives from it;
+//                                  rank 2 catches the PeerFailure (CARRIED_ON), then ends as
+//                                  told (as in die); rank 0, receiving from rank 2, reports.
 //   fault_rank hang                rank r receives from rank r+1 (mod n): a wait-for cycle.
 //                                  PeerFailure (the launcher's abort) -> exit 42.
 //   fault_rank timeout MS          rank 0 receives from rank 1, which sends nothing, with a
@@ -79,6 +82,20 @@ bool others_blocked_in_recv() {
   }
 }
 
+// Ends this process as told: "exit:N" (_Exit, no destructors) or "signal:N" (raised with the
+// default action and no core file). Returns only for an unknown HOW.
+int end_as(const std::string& how) {
+  if (how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(how.substr(5)));
+  if (how.rfind("signal:", 0) == 0) {
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    std::signal(std::stoi(how.substr(7)), SIG_DFL);
+    std::raise(std::stoi(how.substr(7)));
+  }
+  emit("ERROR type=usage what=unknown HOW '" + how + "'");
+  return kExitOtherError;
+}
+
 int die(int victim, const std::string& how, bool after_barrier = false) {
   if (!after_barrier) {
     dist::init_process_group("shm");
@@ -94,15 +111,7 @@ int die(int victim, const std::string& how, bool after_barrier = false) {
     }
     emit("DYING rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()) +
          " t=" + std::to_string(steady_ns()));
-    if (how.rfind("exit:", 0) == 0) std::_Exit(std::stoi(how.substr(5)));
-    if (how.rfind("signal:", 0) == 0) {
-      const rlimit no_core{0, 0};
-      setrlimit(RLIMIT_CORE, &no_core);
-      std::signal(std::stoi(how.substr(7)), SIG_DFL);
-      std::raise(std::stoi(how.substr(7)));
-    }
-    emit("ERROR type=usage what=unknown HOW '" + how + "'");
-    return kExitOtherError;
+    return end_as(how);
   }
   const int first_survivor = victim == 0 ? 1 : 0;
   const int src = rank == first_survivor || world == 2 ? victim : dist::ANY_SOURCE;
@@ -130,6 +139,27 @@ int chain(const std::string& how) {
     dist::recv(t, rank == 2 ? 1 : 2);
   } catch (const dist::PeerFailure& e) {
     return caught(e, /*destroy=*/rank == 0);
+  }
+  emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
+  return kExitUnexpected;
+}
+
+// 3 ranks: rank 1 exits 0 once the others are blocked in recv; rank 2, receiving from it,
+// catches the PeerFailure, says CARRIED_ON and later ends as told (HOW as in die), for a
+// reason of its own; rank 0 receives from rank 2 and must be told how rank 2 ended.
+int after_cause(const std::string& how) {
+  dist::init_process_group("shm");
+  say_ready();
+  dist::barrier();
+  const int rank = dist::get_rank();
+  if (rank == 1) return die(1, "exit:0", /*after_barrier=*/true);
+  dist::Tensor t = dist::zeros(16, dist::kFloat);
+  try {
+    dist::recv(t, rank == 2 ? 1 : 2);
+  } catch (const dist::PeerFailure& e) {
+    if (rank == 0) return caught(e, /*destroy=*/true);
+    emit("CARRIED_ON rank=2 what=" + one_line(e.what()));
+    return end_as(how);
   }
   emit("UNEXPECTED rank=" + std::to_string(rank) + " what=recv returned");
   return kExitUnexpected;
@@ -273,6 +303,7 @@ int main(int argc, char** argv) {
     if (mode == "die" && argc == 4) return die(std::atoi(argv[2]), argv[3]);
     if (mode == "hang") return hang();
     if (mode == "chain" && argc == 3) return chain(argv[2]);
+    if (mode == "after_cause" && argc == 3) return after_cause(argv[2]);
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
     if (mode == "sum" && argc == 3) return sum(std::atoll(argv[2]));
