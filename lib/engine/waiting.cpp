@@ -153,15 +153,17 @@ void Engine::check_failures(const WaitFocus& focus) {
                       "more; " + describe(focus) + " can never complete");
   }
   if (receiving && focus.peer < 0 && focus.candidates) {
+    // Every candidate is silent, so any of them could be blamed: the lowest rank, so that
+    // the recorded cause does not depend on the order of the candidate list.
     bool any_alive = false;
-    int first_silent = -1;
+    int lowest_silent = -1;
     for (int p : *focus.candidates) {
       if (p == rank()) continue;
       if (!silent(p)) any_alive = true;
-      else if (first_silent < 0) first_silent = p;
+      else if (lowest_silent < 0 || p < lowest_silent) lowest_silent = p;
     }
     if (!any_alive) {
-      if (first_silent >= 0) transport_->note_failure_cause(first_silent);
+      if (lowest_silent >= 0) transport_->note_failure_cause(lowest_silent);
       throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
                         " can never complete");
     }

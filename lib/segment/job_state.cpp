@@ -121,9 +121,12 @@ void record_rank_end(const Segment& seg, int rank, EndKind kind, int code) {
 void record_failure_cause(const Segment& seg, int rank, int cause) {
   if (cause < 0 || cause >= seg.world_size() || cause == rank) return;
   int none = 0;
-  // Once: the first cause stands. Release, paired with root_cause's acquire: this rank read
-  // the cause's end (its state, written with release by the cause or its launcher) before
-  // this store, so whoever reads the record also sees that end.
+  // Once: the first cause stands. What readers (root_cause, acquire) rely on is the value
+  // alone: end_of then reads the cause's end with its own acquire loads, paired with the
+  // release stores of the cause (mark_finalized) or of its launcher (record_rank_end), and
+  // says "gone" if nothing is written there yet. Release here adds only this: when this rank
+  // saw that end in the cause's control block, the reader sees it too; when it learned of it
+  // through a pidfd or kill(), there is no store to pair with, and nothing depends on one.
   seg.rank_control(rank).failed_because.compare_exchange_strong(
       none, cause + 1, std::memory_order_release, std::memory_order_relaxed);
 }
