@@ -6,6 +6,8 @@
 
 #include <shmdist/errors.hpp>
 
+#include <algorithm>
+
 namespace shmdist::engine {
 namespace {
 // "ranks 1, 3 have" / "rank 2 has" (global ranks).
@@ -169,15 +171,37 @@ void Engine::check_failures(const WaitFocus& focus) {
     }
   }
   if (focus.task) {
+    // The list of awaited peers is read before silent() reads their state, so a peer may
+    // have done its part between the two (published its last round on the world lane, saw
+    // ours, returned and called destroy_process_group): ask the task again, AFTER the state
+    // reads, and fail only for a silent peer it still waits for. Why that second look sees
+    // the part a finalized peer did: its release store of its lane round flag
+    // (ShmLane::publish) is sequenced before its release store of Finalized (ShmTransport::
+    // mark_finalized; from another thread of the peer, the engine lock orders the two). Our
+    // acquire load of that state in silent() read Finalized, so it synchronizes with that
+    // store; the flag store therefore happens before our second awaited_peers(), whose
+    // acquire load of the flag (ShmLane::awaited) must return it or a later value
+    // (write-read coherence). Ended is stored (release, record_rank_end) by whoever saw the
+    // rank end, after all its stores. A message the task waits for needs no second look:
+    // silent() reads the ring (a record's stamp, acquire) after the state, the same way.
+    // Before, a barrier whose peer went through its last round and finalized between our
+    // two reads failed with a false PeerFailure just before destroy.
     std::vector<int> awaited;
     focus.task->awaited_peers(awaited);
+    std::vector<int> gone;
     for (int p : awaited)
-      if (p != rank() && silent(p)) {
-        transport_->note_failure_cause(p);
-        throw PeerFailure("rank " + std::to_string(p) +
-                          " has finalized (destroy_process_group) or exited without taking part; " +
-                          describe(focus) + " can never complete");
-      }
+      if (p != rank() && silent(p)) gone.push_back(p);
+    if (!gone.empty()) {
+      std::vector<int> still;
+      focus.task->awaited_peers(still);
+      for (int p : gone)
+        if (std::find(still.begin(), still.end(), p) != still.end()) {
+          transport_->note_failure_cause(p);
+          throw PeerFailure("rank " + std::to_string(p) +
+                            " has finalized (destroy_process_group) or exited without taking "
+                            "part; " + describe(focus) + " can never complete");
+        }
+    }
   }
   if (focus.op == kBlockedSend && focus.peer >= 0) {
     const auto st = transport_->peer_state(focus.peer);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,9 @@ struct FakeWire {
   std::vector<int> reported_failures;
   std::vector<transport::BlockedInfo> blocked;  // every set_blocked, in order
   int blocked_now = 0;                          // set_blocked minus clear_blocked
+  // Called at every peer_state(peer) before it answers: lets a test change what a peer did
+  // at the very moment the engine reads its state (an interleaving of two processes).
+  std::function<void(int peer)> on_peer_state;
   bool finalized = false;
   int polls = 0;
   int sleeps = 0;  // calls of sleep(): the engine's waiting loop went to phase 2
@@ -151,7 +155,10 @@ class FakeTransport final : public transport::Transport {
   void sleep(std::uint32_t, std::chrono::nanoseconds) override { ++w_->sleeps; }
   void disarm() override {}
 
-  transport::PeerState peer_state(int peer) override { return w_->peers[peer]; }
+  transport::PeerState peer_state(int peer) override {
+    if (w_->on_peer_state) w_->on_peer_state(peer);
+    return w_->peers[peer];
+  }
   void check_job() override {
     if (w_->job_aborted) throw PeerFailure(w_->job_failure);
   }
