@@ -18,6 +18,9 @@
 //   the holder's job is still forming, some of its ranks may be the second job's, so the
 //   holder aborts it (see join_by_rendezvous).
 //
+// - A forked child (a DataLoader worker) closes the claim's sockets at once: only the process
+//   that took the claim holds it.
+//
 // Abstract sockets belong to the network namespace: the ranks of one job must share it (as
 // they share /dev/shm and the pid namespace). Torch's TCPStore on MASTER_PORT is another
 // socket altogether: both coexist in one job.
@@ -49,7 +52,12 @@ class IdentityClaim {
   void release();
 
  private:
-  IdentityClaim(std::string name, int fd) : name_(std::move(name)), listen_fd_(fd) {}
+  IdentityClaim(std::string name, int fd);
+  void close_descriptors();
+  // pthread_atfork handlers: a forked child gives up every claim (identity_claim.cpp).
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
   std::string name_;
   int listen_fd_ = -1;
   int started_fd_ = -1;

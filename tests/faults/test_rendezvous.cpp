@@ -497,4 +497,28 @@ BOOST_AUTO_TEST_CASE(two_jobs_started_at_once_with_one_identity) {
   }
 }
 
+// A process forked by rank 0 (a DataLoader worker) does not keep the job identity: once
+// rank 0 destroyed its group, a new job with the same identity forms while the child still
+// lives. (The child kept the claim's sockets: rank 0 found the identity "in use" and the new
+// rank 1 found a job "already running".)
+BOOST_AUTO_TEST_CASE(a_forked_child_does_not_keep_the_identity) {
+  const int port = rendezvous_port(70);
+  LiveCommand rank0({program("fault_rank"), "fork_rejoin"}, rank_options(0, 2, port));
+  const CommandResult first =
+      LiveCommand({program("fault_rank"), "join"}, rank_options(1, 2, port)).finish(60s);
+  BOOST_TEST_INFO(first.out << first.err);
+  BOOST_TEST(first.exit_code == 0);
+  BOOST_REQUIRE(rank0.wait_until([&] { return contains(rank0.out(), "DESTROYED"); }, 30s));
+  const CommandResult second =
+      LiveCommand({program("fault_rank"), "join"}, rank_options(1, 2, port)).finish(60s);
+  const CommandResult r0 = rank0.finish(60s);  // it reaps its child
+  BOOST_TEST_INFO(second.out << second.err);
+  BOOST_TEST(second.exit_code == 0);
+  BOOST_TEST_INFO(r0.out << r0.err);
+  BOOST_TEST(r0.exit_code == 0);
+  BOOST_TEST(contains(r0.out, "DONE rank=0"), r0.out);
+  shm_unlink((object_name(port, 2) + "-contested").c_str());  // left if it failed
+  BOOST_TEST(!object_exists(object_name(port, 2)));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

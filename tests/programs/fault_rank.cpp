@@ -20,12 +20,19 @@
 //                                  "SUM rank=R values=S1,S2,..." (the distinct sums seen).
 //                                  With FAULT_RANK_START=FILE it waits for FILE to exist
 //                                  before it joins, with FAULT_RANK_HOLD=FILE after.
+//   fault_rank fork_rejoin         rank 0 of 2: joins, forks a child that lives on (as a
+//                                  DataLoader worker does), destroys its group ("DESTROYED"),
+//                                  then joins a second job with the same identity (its rank 1
+//                                  started anew), barrier, destroys; then ends the child and
+//                                  reaps it (also when a join fails).
 //   fault_rank store_join DIR      the same, joining as the torch backend does (rank 0 creates
 //                                  and announces through a key-value store): here a store of
 //                                  files in DIR, one per key (the key's '/' become '_').
 //
 // Every rank first prints "READY rank=R pid=P world=W" once it has joined.
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -223,6 +230,39 @@ int sum(std::int64_t value) {
   return 0;
 }
 
+int fork_rejoin() {
+  dist::init_process_group("shm");
+  say_ready();
+  int wake[2];
+  if (::pipe(wake) != 0) throw std::runtime_error("fault_rank fork_rejoin: pipe failed");
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fault_rank fork_rejoin: fork failed");
+  if (child == 0) {  // only async-signal-safe calls: lives until the parent closes its end
+    ::close(wake[1]);
+    char byte = 0;
+    [[maybe_unused]] const ssize_t n = ::read(wake[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(wake[0]);
+  struct Reap {
+    int fd;
+    pid_t pid;
+    ~Reap() {
+      ::close(fd);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  } reap{wake[1], child};
+  dist::barrier();
+  dist::destroy_process_group();
+  emit("DESTROYED");
+  dist::init_process_group("shm");
+  dist::barrier();
+  dist::destroy_process_group();
+  emit("DONE rank=0");
+  return 0;
+}
+
 // A key-value store of files: set writes a temporary file and renames it (readers never see
 // half a value); get polls for the file, up to 60 s.
 shmdist::detail::KeyValueStore file_store(const std::string& dir) {
@@ -276,6 +316,7 @@ int main(int argc, char** argv) {
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
     if (mode == "sum" && argc == 3) return sum(std::atoll(argv[2]));
+    if (mode == "fork_rejoin") return fork_rejoin();
     if (mode == "store_join" && argc == 3) return store_join(argv[2]);
     emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join | "
              "store_join DIR");
