@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
 #include "pg/rendezvous.hpp"
@@ -519,6 +520,32 @@ BOOST_AUTO_TEST_CASE(a_forked_child_does_not_keep_the_identity) {
   BOOST_TEST(contains(r0.out, "DONE rank=0"), r0.out);
   shm_unlink((object_name(port, 2) + "-contested").c_str());  // left if it failed
   BOOST_TEST(!object_exists(object_name(port, 2)));
+}
+
+// A contest mark older than the rendezvous timeout concerns no job forming now: ranks
+// whose processes started before it (long-lived processes that rendezvous later) form their
+// job. (Rank 1 failed at once, "waited for its rank 0 while a second job ... was found".)
+BOOST_AUTO_TEST_CASE(a_contest_older_than_the_timeout_is_ignored) {
+  const int port = rendezvous_port(71);
+  const std::string name = object_name(port, 2);
+  const std::string go = std::filesystem::temp_directory_path() /
+                         ("shmdist-go-old-mark-" + std::to_string(getpid()));
+  std::vector<std::unique_ptr<LiveCommand>> procs;
+  for (int r = 0; r < 2; ++r)
+    procs.push_back(start_sum(r, 2, port, "1",
+                              {{"FAULT_RANK_START", go}, {"FAULT_RANK_TIMEOUT_MS", "5000"}}));
+  shmdist::detail::mark_contested(name);  // after both processes started
+  BOOST_REQUIRE(shmdist::detail::contested_at(name) != 0);
+  std::this_thread::sleep_for(6s);  // the mark is now older than the 5 s timeout
+  std::ofstream(go).put('x');
+  for (auto& p : procs) {
+    const CommandResult r = p->finish(60s);
+    BOOST_TEST_INFO(r.out << r.err);
+    BOOST_TEST(r.exit_code == 0);
+    BOOST_TEST(sums(r) == "2");
+  }
+  std::filesystem::remove(go);
+  shm_unlink((name + "-contested").c_str());  // if the job did not remove it
 }
 
 BOOST_AUTO_TEST_SUITE_END()

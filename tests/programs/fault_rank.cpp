@@ -19,7 +19,8 @@
 //   fault_rank sum VALUE           joins, then 20 all_reduce of [VALUE], printing
 //                                  "SUM rank=R values=S1,S2,..." (the distinct sums seen).
 //                                  With FAULT_RANK_START=FILE it waits for FILE to exist
-//                                  before it joins, with FAULT_RANK_HOLD=FILE after.
+//                                  before it joins, with FAULT_RANK_HOLD=FILE after;
+//                                  FAULT_RANK_TIMEOUT_MS=MS sets the group's timeout.
 //   fault_rank fork_rejoin         rank 0 of 2: joins, forks a child that lives on (as a
 //                                  DataLoader worker does), destroys its group ("DESTROYED"),
 //                                  then joins a second job with the same identity (its rank 1
@@ -208,7 +209,10 @@ void await_file_named_by(const char* var) {
 
 int sum(std::int64_t value) {
   await_file_named_by("FAULT_RANK_START");  // so that several ranks start at once
-  dist::init_process_group("shm");
+  dist::InitOptions options;
+  if (const int ms = env_int("FAULT_RANK_TIMEOUT_MS", 0); ms > 0)
+    options.timeout = std::chrono::milliseconds(ms);
+  dist::init_process_group("shm", options);
   say_ready();
   await_file_named_by("FAULT_RANK_HOLD");  // the job runs while the test starts another
   std::vector<std::int64_t> seen;
