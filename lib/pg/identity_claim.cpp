@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include <shmdist/errors.hpp>
 
@@ -198,6 +199,24 @@ bool IdentityClaim::collision_reported() {
     pending_.pop_back();
   }
   return collision;
+}
+
+void IdentityClaim::drain() {
+  const std::lock_guard lock(registry_mutex);  // a fork must not copy half a change
+  for (int& c : pending_) ::close(std::exchange(c, -1));
+  pending_.clear();
+  for (const int fd : {listen_fd_, started_fd_}) {
+    if (fd < 0) continue;
+    for (;;) {
+      const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        ::close(c);
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;  // EAGAIN: none waiting (the listeners are non-blocking)
+    }
+  }
 }
 
 void IdentityClaim::mark_started() {

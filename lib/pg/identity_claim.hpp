@@ -48,6 +48,11 @@ class IdentityClaim {
   bool collision_reported();
   // Every rank has joined: binds "<name>.started" (see above).
   void mark_started();
+  // Once the job runs: accepts and closes every connection waiting on either socket (probes
+  // by later ranks; a report of a second rank 0 no longer matters, the job already runs), so
+  // that the listen queues never fill: a full queue refuses probes (claim_holder would see
+  // nobody). Cheap (two accept4 calls when nothing waits); called at the job's health checks.
+  void drain();
   // Gives the identity up (destroy_process_group); the destructor does too.
   void release();
 
@@ -64,7 +69,8 @@ class IdentityClaim {
   std::vector<int> pending_;  // accepted connections that said nothing yet
 };
 
-// Who holds the claim on `name`: pid 0 if nobody (or, for an instant, if its backlog is full);
+// Who holds the claim on `name`: pid 0 if nobody (or if its backlog is full: until the holder
+// drains it, at once while the job forms, at its next health check once it runs);
 // `started` once the holder's job has every rank. Throws SetupError if a process of another
 // user holds it (abstract sockets have no permissions: someone squats the name).
 struct ClaimHolder {

@@ -324,6 +324,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     check_collision(true);  // the last word of a contest that came while we met
     claim->mark_started();  // before the name goes: a rank arriving later fails at once
     clear_contested(name, began_ns);  // a contest before our claim concerns no one now
+    // Later ranks' probes would otherwise fill the claim's listen queues for good.
+    impl->engine->set_health_hook([claim] { claim->drain(); });
   }
   remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();

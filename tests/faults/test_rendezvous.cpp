@@ -5,17 +5,21 @@
 // rank has joined fails the others at once with PeerFailure naming it, and the name goes.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
+#include "pg/identity_claim.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "segment/layout.hpp"
@@ -546,6 +550,55 @@ BOOST_AUTO_TEST_CASE(a_contest_older_than_the_timeout_is_ignored) {
   }
   std::filesystem::remove(go);
   shm_unlink((name + "-contested").c_str());  // if the job did not remove it
+}
+
+// Connects to the abstract socket "@name" and closes at once: the connection stays in the
+// listener's queue until it is accepted. False if refused (nobody listens, or a full queue).
+static bool probe_once(const std::string& name) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr),
+                          static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                                 name.size())) == 0;
+  close(fd);
+  return ok;
+}
+
+// Probes of the claim by later ranks (one per rank that arrives after the job started) never
+// fill its listen queues for good: the holder accepts them at its health checks, so that
+// later ranks still learn who holds the identity and that its job runs. (Nothing accepted
+// them once the job ran: after somaxconn probes, ranks saw no holder and waited out their
+// timeout with a misleading message.)
+BOOST_AUTO_TEST_CASE(probes_never_fill_the_claim_for_good) {
+  const int port = rendezvous_port(72);
+  const std::string name = object_name(port, 2);
+  const std::string identity = "torch:127.0.0.1:" + std::to_string(port);
+  // Rank 0 waits 20 s in a receive that rank 1 never satisfies, then both end.
+  std::vector<std::unique_ptr<LiveCommand>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::make_unique<LiveCommand>(
+        std::vector<std::string>{program("fault_rank"), "timeout", "20000"},
+        rank_options(r, 2, port)));
+  for (auto& p : ranks)
+    BOOST_REQUIRE(p->wait_until([&] { return contains(p->out(), "READY"); }, 30s));
+  // Fill both queues (somaxconn connections each), as that many later ranks' probes would.
+  for (const std::string& n : {name, name + ".started"})
+    for (int i = 0; i < 100'000 && probe_once(n); ++i) {
+    }
+  BOOST_TEST(ranks[0]->wait_until(
+      [&] {
+        const auto h = shmdist::detail::claim_holder(name, identity);
+        return h.pid == ranks[0]->pid() && h.started;
+      },
+      15s));
+  for (auto& p : ranks) {
+    const CommandResult r = p->finish(60s);
+    BOOST_TEST_INFO(r.out << r.err);
+    BOOST_TEST(r.exit_code == 0);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
