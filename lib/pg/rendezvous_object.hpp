@@ -94,7 +94,8 @@ std::int64_t contest_clock_ns();
 std::int64_t process_start_ns();
 // The time of the last contest over `name`, or 0 (none, or not this user's private object).
 std::int64_t contested_at(const std::string& name);
-// Removes the mark if it is older than `before_ns`.
+// Removes the mark if it is older than `before_ns`; never a mark written meanwhile (both
+// hold an exclusive flock of the mark).
 void clear_contested(const std::string& name, std::int64_t before_ns);
 
 }  // namespace shmdist::detail

@@ -4,6 +4,7 @@
 // object whose creator died does not block the job identity; a rank that dies before every
 // rank has joined fails the others at once with PeerFailure naming it, and the name goes.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -599,6 +600,30 @@ BOOST_AUTO_TEST_CASE(probes_never_fill_the_claim_for_good) {
     BOOST_TEST_INFO(r.out << r.err);
     BOOST_TEST(r.exit_code == 0);
   }
+}
+
+// The rank 0 whose job starts clears an older contest mark, but never one written while it
+// clears: here a writer holds the mark (as mark_contested does while it writes) when the
+// clear begins, and writes a new time. (clear_contested read the mark, then unlinked it
+// whatever had been written meanwhile: the new contest was lost.)
+BOOST_AUTO_TEST_CASE(clearing_an_old_contest_mark_keeps_one_written_meanwhile) {
+  namespace d = shmdist::detail;
+  const std::string name = object_name(rendezvous_port(73), 2);
+  const std::string mark = name + "-contested";
+  d::mark_contested(name);
+  const std::int64_t old_at = d::contested_at(name);
+  BOOST_REQUIRE(old_at != 0);
+  const int fd = shm_open(mark.c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(flock(fd, LOCK_EX) == 0);
+  std::thread clearer([&] { d::clear_contested(name, old_at + 1); });
+  std::this_thread::sleep_for(200ms);  // the clearer reaches the mark (and waits for it)
+  const std::int64_t now = d::contest_clock_ns();
+  BOOST_TEST(pwrite(fd, &now, sizeof now, 0) == static_cast<ssize_t>(sizeof now));
+  close(fd);
+  clearer.join();
+  BOOST_TEST(d::contested_at(name) == now);
+  shm_unlink(mark.c_str());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
