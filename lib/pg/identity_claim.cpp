@@ -18,9 +18,11 @@ namespace {
 
 constexpr char kCollision = 'C';
 
-// Every live claim of this process, so that a forked child gives them up (below).
-std::mutex registry_mutex;
-std::vector<IdentityClaim*> registry;  // guarded by registry_mutex
+// Every live claim of this process, so that a forked child gives them up (below). Never
+// destroyed: a claim may outlive static destruction (a default group nobody destroyed,
+// released at exit), and a fork may come late.
+std::mutex& registry_mutex = *new std::mutex;
+std::vector<IdentityClaim*>& registry = *new std::vector<IdentityClaim*>;  // registry_mutex
 
 
 // The abstract address "\0<name>" (no file; gone with its last descriptor).
