@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <iosfwd>
 #include <list>
 #include <memory>
@@ -159,6 +160,12 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // with; empty if none. Once set, every operation on a group (not the world) throws it.
   const std::string& group_disagreement() const { return group_disagreement_; }
 
+  // Runs at every health check (a blocked call's, check_peers'): for a layer above that keeps
+  // something needing a periodic look (the identity claim's listen queues,
+  // pg/identity_claim.hpp). Set once, before the engine is shared; must be cheap and must
+  // not throw.
+  void set_health_hook(std::function<void()> hook) { health_hook_ = std::move(hook); }
+
  private:
   struct Unexpected {
     transport::Envelope env;
@@ -273,6 +280,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::deque<std::vector<int>> candidate_lists_;  // intern_candidates (stable addresses)
   std::vector<GroupRecord> groups_;  // by id - 1
   std::string group_disagreement_;
+  std::function<void()> health_hook_;  // set_health_hook
   bool finalized_ = false;
 };
 

@@ -133,11 +133,13 @@ void Engine::fail_on_abnormal_end(What&& what) {
 }
 
 void Engine::check_peers(const std::string& waiting_for) {
+  if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return waiting_for + " on rank " + std::to_string(rank()); });
 }
 
 // Throws when the awaited event can no longer happen.
 void Engine::check_failures(const WaitFocus& focus) {
+  if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return describe(focus); });
   // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
   // could satisfy, with nothing of its left in the ring, can never complete.

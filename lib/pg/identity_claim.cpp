@@ -1,11 +1,15 @@
 #include "pg/identity_claim.hpp"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <utility>
 
 #include <shmdist/errors.hpp>
 
@@ -13,6 +17,13 @@ namespace shmdist::detail {
 namespace {
 
 constexpr char kCollision = 'C';
+
+// Every live claim of this process, so that a forked child gives them up (below). Never
+// destroyed: a claim may outlive static destruction (a default group nobody destroyed,
+// released at exit), and a fork may come late.
+std::mutex& registry_mutex = *new std::mutex;
+std::vector<IdentityClaim*>& registry = *new std::vector<IdentityClaim*>;  // registry_mutex
+
 
 // The abstract address "\0<name>" (no file; gone with its last descriptor).
 socklen_t abstract_address(const std::string& name, sockaddr_un& addr) {
@@ -84,6 +95,47 @@ int listener_pid(int fd, const std::string& name, const std::string& job_id) {
 
 }  // namespace
 
+// A forked child (a DataLoader worker) would otherwise keep the claim's sockets (SOCK_CLOEXEC
+// closes them on exec only) and with them the identity, after this process destroyed its
+// group or died: the next job with that identity would find it "in use" or "already
+// running". So the child closes every claim's descriptors at once.
+//
+// Why this is safe: the prepare handler takes registry_mutex in the forking thread, so no
+// other thread is inside a claim's descriptors (every change to them holds the mutex) or the
+// registry at the fork, and the child's copy of the registry and the claims is consistent.
+// The child handler then uses only close() (async-signal-safe) and plain stores, and unlocks
+// the mutex its only thread (the forking one) holds; the parent handler unlocks it too.
+// Nothing blocks: the child never waits for a lock another thread held at the fork.
+void IdentityClaim::before_fork() { registry_mutex.lock(); }
+void IdentityClaim::after_fork_in_parent() { registry_mutex.unlock(); }
+void IdentityClaim::after_fork_in_child() {
+  for (IdentityClaim* c : registry) c->close_descriptors();
+  registry_mutex.unlock();
+}
+
+IdentityClaim::IdentityClaim(std::string name, int fd) : name_(std::move(name)), listen_fd_(fd) {
+  static const int registered = ::pthread_atfork(&IdentityClaim::before_fork,
+                                                 &IdentityClaim::after_fork_in_parent,
+                                                 &IdentityClaim::after_fork_in_child);
+  if (registered != 0) {
+    ::close(listen_fd_);
+    throw SetupError(std::string("cannot register the fork handler of the job identity claim: ") +
+                     std::strerror(registered));
+  }
+  const std::lock_guard lock(registry_mutex);
+  registry.push_back(this);
+}
+
+// Closes every descriptor, with the registry mutex held (or in a forked child). Only close()
+// and stores: no allocation (clear() keeps the vector's storage).
+void IdentityClaim::close_descriptors() {
+  for (int c : pending_) ::close(c);
+  pending_.clear();
+  if (started_fd_ >= 0) ::close(started_fd_);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  started_fd_ = listen_fd_ = -1;
+}
+
 std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
                                                    const std::string& job_id, int world) {
   const int fd = bind_and_listen(name);
@@ -111,17 +163,20 @@ std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
       "torchrun-style variables (or start it with shmrun), and start it again.");
 }
 
-IdentityClaim::~IdentityClaim() { release(); }
+IdentityClaim::~IdentityClaim() {
+  const std::lock_guard lock(registry_mutex);
+  close_descriptors();
+  registry.erase(std::remove(registry.begin(), registry.end(), this), registry.end());
+}
 
 void IdentityClaim::release() {
-  for (int c : pending_) ::close(c);
-  pending_.clear();
-  if (started_fd_ >= 0) ::close(started_fd_);
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  started_fd_ = listen_fd_ = -1;
+  const std::lock_guard lock(registry_mutex);
+  close_descriptors();
 }
 
 bool IdentityClaim::collision_reported() {
+  const std::lock_guard lock(registry_mutex);  // a fork must not copy half a change
+  if (listen_fd_ < 0) return false;           // released
   for (;;) {
     const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) {
@@ -148,8 +203,27 @@ bool IdentityClaim::collision_reported() {
   return collision;
 }
 
+void IdentityClaim::drain() {
+  const std::lock_guard lock(registry_mutex);  // a fork must not copy half a change
+  for (int& c : pending_) ::close(std::exchange(c, -1));
+  pending_.clear();
+  for (const int fd : {listen_fd_, started_fd_}) {
+    if (fd < 0) continue;
+    for (;;) {
+      const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        ::close(c);
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;  // EAGAIN: none waiting (the listeners are non-blocking)
+    }
+  }
+}
+
 void IdentityClaim::mark_started() {
-  if (started_fd_ < 0) started_fd_ = bind_and_listen(name_ + ".started");
+  const std::lock_guard lock(registry_mutex);
+  if (listen_fd_ >= 0 && started_fd_ < 0) started_fd_ = bind_and_listen(name_ + ".started");
 }
 
 ClaimHolder claim_holder(const std::string& name, const std::string& job_id) {

@@ -18,6 +18,9 @@
 //   the holder's job is still forming, some of its ranks may be the second job's, so the
 //   holder aborts it (see join_by_rendezvous).
 //
+// - A forked child (a DataLoader worker) closes the claim's sockets at once: only the process
+//   that took the claim holds it.
+//
 // Abstract sockets belong to the network namespace: the ranks of one job must share it (as
 // they share /dev/shm and the pid namespace). Torch's TCPStore on MASTER_PORT is another
 // socket altogether: both coexist in one job.
@@ -45,18 +48,29 @@ class IdentityClaim {
   bool collision_reported();
   // Every rank has joined: binds "<name>.started" (see above).
   void mark_started();
+  // Once the job runs: accepts and closes every connection waiting on either socket (probes
+  // by later ranks; a report of a second rank 0 no longer matters, the job already runs), so
+  // that the listen queues never fill: a full queue refuses probes (claim_holder would see
+  // nobody). Cheap (two accept4 calls when nothing waits); called at the job's health checks.
+  void drain();
   // Gives the identity up (destroy_process_group); the destructor does too.
   void release();
 
  private:
-  IdentityClaim(std::string name, int fd) : name_(std::move(name)), listen_fd_(fd) {}
+  IdentityClaim(std::string name, int fd);
+  void close_descriptors();
+  // pthread_atfork handlers: a forked child gives up every claim (identity_claim.cpp).
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
   std::string name_;
   int listen_fd_ = -1;
   int started_fd_ = -1;
   std::vector<int> pending_;  // accepted connections that said nothing yet
 };
 
-// Who holds the claim on `name`: pid 0 if nobody (or, for an instant, if its backlog is full);
+// Who holds the claim on `name`: pid 0 if nobody (or if its backlog is full: until the holder
+// drains it, at once while the job forms, at its next health check once it runs);
 // `started` once the holder's job has every rank. Throws SetupError if a process of another
 // user holds it (abstract sockets have no permissions: someone squats the name).
 struct ClaimHolder {

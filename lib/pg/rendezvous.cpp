@@ -80,6 +80,19 @@ std::string shared_identity_error(const std::string& job_id, int world, const st
          "shmrun) and start it again.";
 }
 
+// Whether the last contest over `name` concerns a rendezvous of this process that may have
+// waited since `began_ns`: it came after that, and within the last `timeout` (the longest any
+// rank of a job waits for the others). An older mark cannot be about a job forming now: its
+// ranks would have given up waiting. (A process started before an unrelated contest, that
+// rendezvouses for the first time long after it, used to fail at once.)
+bool contest_concerns(const std::string& name, std::int64_t began_ns,
+                      std::chrono::milliseconds timeout) {
+  const std::int64_t at = contested_at(name);
+  const std::int64_t window_start =
+      contest_clock_ns() - std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  return at != 0 && at >= std::max(began_ns, window_start);
+}
+
 // Rank 0, holding the identity's claim: creates a fresh segment under `name`. Whatever is
 // under the name already was left by an earlier job of this identity (nobody else can hold
 // the claim, and only its holder creates): it is replaced. Returns it with its object held
@@ -119,7 +132,7 @@ NamedObject create_claimed(const std::string& name, int world, std::uint64_t rin
 // claim, and returns it with its object held open. `who` names this rank in texts.
 NamedObject join_claimed(const std::string& name, int rank, const std::string& who, int world,
                          const std::string& job_id, Clock::time_point deadline,
-                         std::int64_t began_ns) {
+                         std::int64_t began_ns, std::chrono::milliseconds timeout) {
   for (;;) {
     // Refuses (throws) another user's object and another shmdist version's segment.
     NamedObject obj = open_named_object(name, world, kRemedy);
@@ -151,7 +164,7 @@ NamedObject join_claimed(const std::string& name, int rank, const std::string& w
           std::to_string(world) + " of its ranks"));
     }
     // A contest while we waited: our rank 0 may have lost it (and will never come).
-    if (contested_at(name) >= began_ns)
+    if (contest_concerns(name, began_ns, timeout))
       throw SetupError(shared_identity_error(
           job_id, world,
           who + " waited for its rank 0 while a second job with the identity '" + job_id +
@@ -194,7 +207,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
   // A contest over our identity since this process started concerns us (rendezvous_object.hpp),
-  // unless it came before this process's previous rendezvous ended.
+  // unless it came before this process's previous rendezvous ended or longer than the timeout
+  // ago (contest_concerns).
   static std::atomic<std::int64_t> last_rendezvous_end{0};
   const std::int64_t began_ns =
       std::max(process_start_ns(), last_rendezvous_end.load(std::memory_order_relaxed));
@@ -221,7 +235,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     }
     obj = create_claimed(name, world, ring_size, job_id, deadline);
   } else {
-    obj = join_claimed(name, rank, rank_text(rank), world, job_id, deadline, began_ns);
+    obj = join_claimed(name, rank, rank_text(rank), world, job_id, deadline, began_ns,
+                       options.timeout);
   }
   auto seg = obj.segment;
   if (!global_of.empty()) seg->name_ranks(global_of);
@@ -253,12 +268,13 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
            static_cast<std::uint32_t>(segment::JobState::Aborted);
   };
   // Rank 0: a second rank 0 of this identity told us it exists, or a contest over it was
-  // marked since this process started (a rank of ours may have failed on it: it would never
+  // marked since this process started (and within the timeout) (a rank of ours may have failed on it: it would never
   // come). Some ranks that joined (or will) may be the other job's: abort ours, before any
   // rank of it runs a call.
   auto check_collision = [&](bool look_at_mark) {
     if (!claim) return;
-    if (!claim->collision_reported() && !(look_at_mark && contested_at(name) >= began_ns))
+    if (!claim->collision_reported() &&
+        !(look_at_mark && contest_concerns(name, began_ns, options.timeout)))
       return;
     abort_shared_identity(*seg, name);
     remove_name_of(obj.fd, name);
@@ -308,6 +324,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     check_collision(true);  // the last word of a contest that came while we met
     claim->mark_started();  // before the name goes: a rank arriving later fails at once
     clear_contested(name, began_ns);  // a contest before our claim concerns no one now
+    // Later ranks' probes would otherwise fill the claim's listen queues for good.
+    impl->engine->set_health_hook([claim] { claim->drain(); });
   }
   remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();

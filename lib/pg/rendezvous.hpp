@@ -2,9 +2,12 @@
 // ranks meet on a shared segment named from the job's identity and the user id. Rank 0 claims
 // the identity (pg/identity_claim.hpp) and creates the segment, replacing whatever an earlier
 // job of that identity left; the others attach to the segment of the claim's holder only; all
-// wait for the full set; the name is removed as soon as every rank has attached. Two jobs
-// started with one identity never run together: the second one's rank 0 fails, and a job
-// still forming when that happens (or whose rank finds its slot taken) is aborted.
+// wait for the full set; the name is removed as soon as every rank has attached. When two
+// jobs are started with one identity, the second rank 0 to claim it fails, and a job still
+// forming then (or whose rank finds its slot taken) is aborted. Not ruled out: ranks started
+// with identical variables are indistinguishable, so one job's rank 0 and the other's rank 1
+// that finish meeting before the other rank 0 claims the identity form a job (as with
+// torch's TCPStore); only distinct identities prevent it (docs/other-launchers.md).
 #pragma once
 
 #include <cstdint>

@@ -217,15 +217,28 @@ std::int64_t process_start_ns() {
   return hz > 0 ? static_cast<std::int64_t>(ticks) * (1'000'000'000 / hz) : 0;
 }
 
+// Writers and the clearer serialise on an exclusive flock of the mark: clear_contested reads
+// and unlinks it under the lock, so a mark written meanwhile is never deleted with the old
+// one. A writer that gets the lock on a mark unlinked in between (no links left) writes a
+// fresh one instead. (Readers take no lock: they read one 8-byte value.)
 void mark_contested(const std::string& name) {
-  const int fd = shm_open(contest_name(name).c_str(), O_RDWR | O_CREAT, 0600);
-  if (fd < 0) return;  // best effort: a rank that misses it waits until its timeout
-  struct stat st {};
-  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0) {
-    const std::int64_t now = contest_clock_ns();
-    [[maybe_unused]] const ssize_t n = pwrite(fd, &now, sizeof now, 0);
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = shm_open(contest_name(name).c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;  // best effort: a rank that misses it waits until its timeout
+    struct stat st {};
+    bool again = false;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0 &&
+        flock(fd, LOCK_EX) == 0) {
+      if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
+        again = true;  // cleared between our open and our lock
+      } else {
+        const std::int64_t now = contest_clock_ns();
+        [[maybe_unused]] const ssize_t n = pwrite(fd, &now, sizeof now, 0);
+      }
+    }
+    ::close(fd);  // drops the lock
+    if (!again) return;
   }
-  ::close(fd);
 }
 
 std::int64_t contested_at(const std::string& name) {
@@ -241,8 +254,17 @@ std::int64_t contested_at(const std::string& name) {
 }
 
 void clear_contested(const std::string& name, std::int64_t before_ns) {
-  const std::int64_t at = contested_at(name);
-  if (at != 0 && at < before_ns) shm_unlink(contest_name(name).c_str());
+  const int fd = shm_open(contest_name(name).c_str(), O_RDONLY, 0);
+  if (fd < 0) return;
+  std::int64_t at = 0;
+  struct stat st {};
+  // Under the writers' lock (see mark_contested): the value read is the one unlinked.
+  if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0 &&
+      flock(fd, LOCK_EX) == 0 && fstat(fd, &st) == 0 && st.st_nlink > 0 &&
+      pread(fd, &at, sizeof at, 0) == static_cast<ssize_t>(sizeof at) && at != 0 &&
+      at < before_ns)
+    shm_unlink(contest_name(name).c_str());
+  ::close(fd);  // drops the lock
 }
 
 }  // namespace shmdist::detail

@@ -83,8 +83,9 @@ void remove_name_of(int fd, const std::string& name, const std::string& notice =
 // The mark a contest over a job identity leaves (pg/identity_claim.hpp): "<name>-contested",
 // a tiny object holding the time of the last contest (CLOCK_BOOTTIME, ns: the clock process
 // start times count on). A rank waiting for its rank 0 that sees a contest marked after its
-// process started knows that a second job has its identity (its own rank 0 may have lost,
-// and would never come): it fails at once. An older mark is ignored (a job started later);
+// process started, and within the rendezvous timeout, knows that a second job has its
+// identity (its own rank 0 may have lost, and would never come): it fails at once. An older
+// mark is ignored (a job started later, or a contest whose ranks have all given up);
 // the next rank 0 whose job starts removes it.
 void mark_contested(const std::string& name);
 // Now on the clock of the marks.
@@ -93,7 +94,8 @@ std::int64_t contest_clock_ns();
 std::int64_t process_start_ns();
 // The time of the last contest over `name`, or 0 (none, or not this user's private object).
 std::int64_t contested_at(const std::string& name);
-// Removes the mark if it is older than `before_ns`.
+// Removes the mark if it is older than `before_ns`; never a mark written meanwhile (both
+// hold an exclusive flock of the mark).
 void clear_contested(const std::string& name, std::int64_t before_ns);
 
 }  // namespace shmdist::detail

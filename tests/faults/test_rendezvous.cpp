@@ -4,17 +4,23 @@
 // object whose creator died does not block the job identity; a rank that dies before every
 // rank has joined fails the others at once with PeerFailure naming it, and the name goes.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
+#include "pg/identity_claim.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "segment/layout.hpp"
@@ -495,6 +501,129 @@ BOOST_AUTO_TEST_CASE(two_jobs_started_at_once_with_one_identity) {
       shm_unlink((name + "-contested").c_str());  // the mark a contest leaves
     }
   }
+}
+
+// A process forked by rank 0 (a DataLoader worker) does not keep the job identity: once
+// rank 0 destroyed its group, a new job with the same identity forms while the child still
+// lives. (The child kept the claim's sockets: rank 0 found the identity "in use" and the new
+// rank 1 found a job "already running".)
+BOOST_AUTO_TEST_CASE(a_forked_child_does_not_keep_the_identity) {
+  const int port = rendezvous_port(70);
+  LiveCommand rank0({program("fault_rank"), "fork_rejoin"}, rank_options(0, 2, port));
+  const CommandResult first =
+      LiveCommand({program("fault_rank"), "join"}, rank_options(1, 2, port)).finish(60s);
+  BOOST_TEST_INFO(first.out << first.err);
+  BOOST_TEST(first.exit_code == 0);
+  BOOST_REQUIRE(rank0.wait_until([&] { return contains(rank0.out(), "DESTROYED"); }, 30s));
+  const CommandResult second =
+      LiveCommand({program("fault_rank"), "join"}, rank_options(1, 2, port)).finish(60s);
+  const CommandResult r0 = rank0.finish(60s);  // it reaps its child
+  BOOST_TEST_INFO(second.out << second.err);
+  BOOST_TEST(second.exit_code == 0);
+  BOOST_TEST_INFO(r0.out << r0.err);
+  BOOST_TEST(r0.exit_code == 0);
+  BOOST_TEST(contains(r0.out, "DONE rank=0"), r0.out);
+  shm_unlink((object_name(port, 2) + "-contested").c_str());  // left if it failed
+  BOOST_TEST(!object_exists(object_name(port, 2)));
+}
+
+// A contest mark older than the rendezvous timeout concerns no job forming now: ranks
+// whose processes started before it (long-lived processes that rendezvous later) form their
+// job. (Rank 1 failed at once, "waited for its rank 0 while a second job ... was found".)
+BOOST_AUTO_TEST_CASE(a_contest_older_than_the_timeout_is_ignored) {
+  const int port = rendezvous_port(71);
+  const std::string name = object_name(port, 2);
+  const std::string go = std::filesystem::temp_directory_path() /
+                         ("shmdist-go-old-mark-" + std::to_string(getpid()));
+  std::vector<std::unique_ptr<LiveCommand>> procs;
+  for (int r = 0; r < 2; ++r)
+    procs.push_back(start_sum(r, 2, port, "1",
+                              {{"FAULT_RANK_START", go}, {"FAULT_RANK_TIMEOUT_MS", "5000"}}));
+  shmdist::detail::mark_contested(name);  // after both processes started
+  BOOST_REQUIRE(shmdist::detail::contested_at(name) != 0);
+  std::this_thread::sleep_for(6s);  // the mark is now older than the 5 s timeout
+  std::ofstream(go).put('x');
+  for (auto& p : procs) {
+    const CommandResult r = p->finish(60s);
+    BOOST_TEST_INFO(r.out << r.err);
+    BOOST_TEST(r.exit_code == 0);
+    BOOST_TEST(sums(r) == "2");
+  }
+  std::filesystem::remove(go);
+  shm_unlink((name + "-contested").c_str());  // if the job did not remove it
+}
+
+// Connects to the abstract socket "@name" and closes at once: the connection stays in the
+// listener's queue until it is accepted. False if refused (nobody listens, or a full queue).
+static bool probe_once(const std::string& name) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr),
+                          static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                                 name.size())) == 0;
+  close(fd);
+  return ok;
+}
+
+// Probes of the claim by later ranks (one per rank that arrives after the job started) never
+// fill its listen queues for good: the holder accepts them at its health checks, so that
+// later ranks still learn who holds the identity and that its job runs. (Nothing accepted
+// them once the job ran: after somaxconn probes, ranks saw no holder and waited out their
+// timeout with a misleading message.)
+BOOST_AUTO_TEST_CASE(probes_never_fill_the_claim_for_good) {
+  const int port = rendezvous_port(72);
+  const std::string name = object_name(port, 2);
+  const std::string identity = "torch:127.0.0.1:" + std::to_string(port);
+  // Rank 0 waits 20 s in a receive that rank 1 never satisfies, then both end.
+  std::vector<std::unique_ptr<LiveCommand>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::make_unique<LiveCommand>(
+        std::vector<std::string>{program("fault_rank"), "timeout", "20000"},
+        rank_options(r, 2, port)));
+  for (auto& p : ranks)
+    BOOST_REQUIRE(p->wait_until([&] { return contains(p->out(), "READY"); }, 30s));
+  // Fill both queues (somaxconn connections each), as that many later ranks' probes would.
+  for (const std::string& n : {name, name + ".started"})
+    for (int i = 0; i < 100'000 && probe_once(n); ++i) {
+    }
+  BOOST_TEST(ranks[0]->wait_until(
+      [&] {
+        const auto h = shmdist::detail::claim_holder(name, identity);
+        return h.pid == ranks[0]->pid() && h.started;
+      },
+      15s));
+  for (auto& p : ranks) {
+    const CommandResult r = p->finish(60s);
+    BOOST_TEST_INFO(r.out << r.err);
+    BOOST_TEST(r.exit_code == 0);
+  }
+}
+
+// The rank 0 whose job starts clears an older contest mark, but never one written while it
+// clears: here a writer holds the mark (as mark_contested does while it writes) when the
+// clear begins, and writes a new time. (clear_contested read the mark, then unlinked it
+// whatever had been written meanwhile: the new contest was lost.)
+BOOST_AUTO_TEST_CASE(clearing_an_old_contest_mark_keeps_one_written_meanwhile) {
+  namespace d = shmdist::detail;
+  const std::string name = object_name(rendezvous_port(73), 2);
+  const std::string mark = name + "-contested";
+  d::mark_contested(name);
+  const std::int64_t old_at = d::contested_at(name);
+  BOOST_REQUIRE(old_at != 0);
+  const int fd = shm_open(mark.c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(flock(fd, LOCK_EX) == 0);
+  std::thread clearer([&] { d::clear_contested(name, old_at + 1); });
+  std::this_thread::sleep_for(200ms);  // the clearer reaches the mark (and waits for it)
+  const std::int64_t now = d::contest_clock_ns();
+  BOOST_TEST(pwrite(fd, &now, sizeof now, 0) == static_cast<ssize_t>(sizeof now));
+  close(fd);
+  clearer.join();
+  BOOST_TEST(d::contested_at(name) == now);
+  shm_unlink(mark.c_str());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

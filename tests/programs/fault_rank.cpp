@@ -22,13 +22,21 @@
 //   fault_rank sum VALUE           joins, then 20 all_reduce of [VALUE], printing
 //                                  "SUM rank=R values=S1,S2,..." (the distinct sums seen).
 //                                  With FAULT_RANK_START=FILE it waits for FILE to exist
-//                                  before it joins, with FAULT_RANK_HOLD=FILE after.
+//                                  before it joins, with FAULT_RANK_HOLD=FILE after;
+//                                  FAULT_RANK_TIMEOUT_MS=MS sets the group's timeout.
+//   fault_rank fork_rejoin         rank 0 of 2: joins, forks a child that lives on (as a
+//                                  DataLoader worker does), destroys its group ("DESTROYED"),
+//                                  then joins a second job with the same identity (its rank 1
+//                                  started anew), barrier, destroys; then ends the child and
+//                                  reaps it (also when a join fails).
 //   fault_rank store_join DIR      the same, joining as the torch backend does (rank 0 creates
 //                                  and announces through a key-value store): here a store of
 //                                  files in DIR, one per key (the key's '/' become '_').
 //
 // Every rank first prints "READY rank=R pid=P world=W" once it has joined.
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -231,7 +239,10 @@ void await_file_named_by(const char* var) {
 
 int sum(std::int64_t value) {
   await_file_named_by("FAULT_RANK_START");  // so that several ranks start at once
-  dist::init_process_group("shm");
+  dist::InitOptions options;
+  if (const int ms = env_int("FAULT_RANK_TIMEOUT_MS", 0); ms > 0)
+    options.timeout = std::chrono::milliseconds(ms);
+  dist::init_process_group("shm", options);
   say_ready();
   await_file_named_by("FAULT_RANK_HOLD");  // the job runs while the test starts another
   std::vector<std::int64_t> seen;
@@ -250,6 +261,39 @@ int sum(std::int64_t value) {
   emit("SUM rank=" + rank + " values=" + values);
   dist::destroy_process_group();
   emit("DONE rank=" + rank);
+  return 0;
+}
+
+int fork_rejoin() {
+  dist::init_process_group("shm");
+  say_ready();
+  int wake[2];
+  if (::pipe(wake) != 0) throw std::runtime_error("fault_rank fork_rejoin: pipe failed");
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fault_rank fork_rejoin: fork failed");
+  if (child == 0) {  // only async-signal-safe calls: lives until the parent closes its end
+    ::close(wake[1]);
+    char byte = 0;
+    [[maybe_unused]] const ssize_t n = ::read(wake[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(wake[0]);
+  struct Reap {
+    int fd;
+    pid_t pid;
+    ~Reap() {
+      ::close(fd);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  } reap{wake[1], child};
+  dist::barrier();
+  dist::destroy_process_group();
+  emit("DESTROYED");
+  dist::init_process_group("shm");
+  dist::barrier();
+  dist::destroy_process_group();
+  emit("DONE rank=0");
   return 0;
 }
 
@@ -307,6 +351,7 @@ int main(int argc, char** argv) {
     if (mode == "timeout" && argc == 3) return timeout(std::atoi(argv[2]));
     if (mode == "join") return join();
     if (mode == "sum" && argc == 3) return sum(std::atoll(argv[2]));
+    if (mode == "fork_rejoin") return fork_rejoin();
     if (mode == "store_join" && argc == 3) return store_join(argv[2]);
     emit_err("usage: fault_rank die VICTIM exit:CODE|signal:N | hang | timeout MS | join | "
              "store_join DIR");
