@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -136,9 +138,46 @@ void IdentityClaim::close_descriptors() {
   started_fd_ = listen_fd_ = -1;
 }
 
+namespace {
+
+// Whether this process holds a live claim on `name` itself.
+bool held_here(const std::string& name) {
+  const std::lock_guard lock(registry_mutex);
+  return std::any_of(registry.begin(), registry.end(),
+                     [&](const IdentityClaim* c) { return c->held_as(name); });
+}
+
+}  // namespace
+
+bool IdentityClaim::held_as(const std::string& name) const {
+  return listen_fd_ >= 0 && name_ == name;
+}
+
 std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
                                                    const std::string& job_id, int world) {
-  const int fd = bind_and_listen(name);
+  int fd = bind_and_listen(name);
+  // Held by a listener whose pid is ours, though this process holds no claim on it: the copy
+  // of a claim we released, inherited by a child we forked that has not run yet (its fork
+  // handler closes it, the moment it runs). Give it a moment.
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (fd < 0 && std::chrono::steady_clock::now() < patience && !held_here(name)) {
+    const int c = connect_to(name);
+    if (c < 0) {
+      fd = bind_and_listen(name);
+      continue;
+    }
+    int pid = 0;
+    try {
+      pid = listener_pid(c, name, job_id);
+    } catch (...) {
+      ::close(c);
+      throw;
+    }
+    ::close(c);
+    if (pid != ::getpid()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    fd = bind_and_listen(name);
+  }
   if (fd >= 0) return std::unique_ptr<IdentityClaim>(new IdentityClaim(name, fd));
   // Held: say by whom, and tell the holder that its job may hold ranks of ours.
   int holder = 0;

@@ -55,6 +55,8 @@ class IdentityClaim {
   void drain();
   // Gives the identity up (destroy_process_group); the destructor does too.
   void release();
+  // Whether this claim is live and on `name` (the caller holds the registry's mutex).
+  bool held_as(const std::string& name) const;
 
  private:
   IdentityClaim(std::string name, int fd);

@@ -268,16 +268,28 @@ int fork_rejoin() {
   dist::init_process_group("shm");
   say_ready();
   int wake[2];
-  if (::pipe(wake) != 0) throw std::runtime_error("fault_rank fork_rejoin: pipe failed");
+  int running[2];
+  if (::pipe(wake) != 0 || ::pipe(running) != 0)
+    throw std::runtime_error("fault_rank fork_rejoin: pipe failed");
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("fault_rank fork_rejoin: fork failed");
   if (child == 0) {  // only async-signal-safe calls: lives until the parent closes its end
     ::close(wake[1]);
+    ::close(running[0]);
+    // fork() returned here, so the fork handlers ran: say so (a worker that has not run yet
+    // holds the claim's descriptors until it does; see docs/other-launchers.md).
+    [[maybe_unused]] const ssize_t w = ::write(running[1], "r", 1);
     char byte = 0;
     [[maybe_unused]] const ssize_t n = ::read(wake[0], &byte, 1);
     ::_exit(0);
   }
   ::close(wake[0]);
+  ::close(running[1]);
+  {
+    char byte = 0;
+    [[maybe_unused]] const ssize_t n = ::read(running[0], &byte, 1);
+    ::close(running[0]);
+  }
   struct Reap {
     int fd;
     pid_t pid;
