@@ -23,12 +23,13 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
+#include "base/byte_size.hpp"
+#include "base/config.hpp"
+#include "base/duration.hpp"
+#include "base/env.hpp"
 #include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
-#include "pg/config.hpp"
-#include "pg/duration.hpp"
-#include "pg/env.hpp"
 #include "segment/segment.hpp"
 
 namespace {
@@ -56,8 +57,8 @@ Settings check_options(const Options& opt) {
   Settings s;
   s.ring_size = segment::default_ring_size(opt.nproc);
   if (!opt.ring_size.empty()) {
-    s.ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
-    segment::check_ring_size(s.ring_size, "--ring-size");
+    s.ring_size = env::parse_byte_size(opt.ring_size, "--ring-size");
+    config::check_ring_size(s.ring_size, "--ring-size");
   }
   job::SupervisorOptions& sup = s.supervisor;
   sup.tag_output = opt.tag_output;

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <set>
 
+#include "base/env.hpp"
 #include "engine/group_name.hpp"
-#include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
 #include "transport/shm_transport.hpp"

@@ -4,16 +4,16 @@
 #include <chrono>
 #include <optional>
 
+#include "base/config.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
 namespace shmdist::wait {
 
-// How often a blocked call looks at its peers' health, the job state and its deadline, and
-// how often a rank without a supervising launcher polls its peers' processes, unless the
-// job's configuration says otherwise (SHMDIST_HEALTH_CHECK_MS, pg/config.hpp).
-inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+// How often a blocked call looks at its peers' health (a setting: base/config.hpp).
+using config::kDefaultHealthCheck;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
