@@ -25,6 +25,7 @@
 
 #include "base/byte_size.hpp"
 #include "base/config.hpp"
+#include "base/cpus.hpp"
 #include "base/duration.hpp"
 #include "base/env.hpp"
 #include "job/progress.hpp"
@@ -120,7 +121,7 @@ std::vector<std::pair<std::string, std::string>> torch_rendezvous_env() {
 // core) and, with --tag-output, pipes for its output; hands each to the supervisor.
 void start_ranks(const Options& opt, const segment::Segment& seg, const std::string& name,
                  const std::string& job_key, job::JobSupervisor& supervisor) {
-  const std::vector<int> cpus = job::allowed_cpus();
+  const std::vector<int> cpus = cpus::allowed();
   const auto torch_env = torch_rendezvous_env();
   std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
   for (int r = 0; r < opt.nproc; ++r) {

@@ -54,7 +54,9 @@ const std::array kVariables = {
              }},
     Variable{{"SHMDIST_LOCAL_CPUS", "1 to 65536",
               "the CPUs this process may run on (all online CPUs if it is pinned to one)",
-              "how many CPUs the job's ranks share, for the spin policy"},
+              "how many CPUs the job's ranks share: with more ranks awake than that (for a world "
+              "collective, more ranks in the job), a waiting rank yields its CPU instead of "
+              "spinning"},
              [](Config& c, const char* name, const std::string& text) {
                c.local_cpus = static_cast<int>(env::parse_int(
                    name, text, 1, 1 << 16, "It is how many CPUs the job's ranks share."));
