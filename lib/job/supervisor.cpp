@@ -68,7 +68,11 @@ bool RankResult::failed() const {
 }
 
 JobSupervisor::JobSupervisor(const segment::Segment& segment, SupervisorOptions options)
-    : segment_(segment), options_(std::move(options)) {}
+    : segment_(segment),
+      options_(std::move(options)),
+      watchdog_(segment, WatchdogOptions{options_.name, options_.job_timeout, options_.hang_report,
+                                         options_.timeout_setting, options_.hang_report_setting,
+                                         options_.handle_signals}) {}
 
 JobSupervisor::~JobSupervisor() {
   for (int fd : pidfds_)
@@ -354,13 +358,10 @@ void JobSupervisor::drain_stream(Stream& s, bool final) {
 // ---- the loop -------------------------------------------------------------------------------
 
 int JobSupervisor::run() {
-  const auto started = Clock::now();
-  const auto job_deadline = options_.job_timeout.count() > 0 ? started + options_.job_timeout
-                                                             : Clock::time_point::max();
+  watchdog_.start(Clock::now());
   std::size_t live = 0;
   for (const RankResult& r : ranks_) live += !r.ended;
   std::vector<pollfd> fds;
-  next_sample_ = started;
   while (live > 0) {
     fds.clear();
     for (std::size_t i = 0; i < ranks_.size(); ++i)
@@ -369,8 +370,7 @@ int JobSupervisor::run() {
     if (signal_fd_ >= 0) fds.push_back({signal_fd_, POLLIN, 0});
 
     auto now = Clock::now();
-    Clock::time_point next = job_deadline;
-    if (options_.hang_report.count() > 0 && !stopping_) next = std::min(next, next_sample_);
+    Clock::time_point next = stopping_ ? Clock::time_point::max() : watchdog_.next_check();
     if (stopping_ && !term_sent_) next = std::min(next, term_at_);
     if (stopping_ && !kill_sent_) next = std::min(next, kill_at_);
     int wait_ms = -1;
@@ -392,13 +392,8 @@ int JobSupervisor::run() {
     if (signal_fd_ >= 0 && (fds[k].revents & POLLIN)) handle_signal();
 
     now = Clock::now();
-    if (!stopping_ && live > 0) watch_for_hangs(now);
-    if (!stopping_ && now >= job_deadline) {
+    if (!stopping_ && live > 0 && watchdog_.check(now, view())) {
       timed_out_ = true;
-      std::fprintf(stderr, "%s: the job did not finish within its %s of %lld ms\n",
-                   options_.name.c_str(), options_.timeout_setting.c_str(),
-                   static_cast<long long>(options_.job_timeout.count()));
-      print_report("timeout");
       fail_job(-1);
     }
     if (stopping_ && !term_sent_ && now >= term_at_) {
@@ -421,43 +416,18 @@ int JobSupervisor::run() {
   return output_errno_[0] || output_errno_[1] ? 1 : 0;
 }
 
-// Samples the job's progress a few times per hang_report interval; reports a stall once.
-void JobSupervisor::watch_for_hangs(Clock::time_point now) {
-  if (options_.hang_report.count() <= 0 || now < next_sample_) return;
-  const auto every = std::clamp(options_.hang_report / 4, std::chrono::milliseconds(10),
-                                std::chrono::milliseconds(1000));
-  next_sample_ = now + every;
-  std::vector<int> pids;
-  std::vector<bool> ended;
-  for (const RankResult& r : ranks_) {
-    pids.push_back(r.ended ? 0 : r.pid);
-    ended.push_back(r.ended);
-  }
-  tracker_.observe(sample_progress(segment_, pids), now);
-  bool moved = false;
-  for (int r = 0; r < tracker_.world(); ++r) moved |= tracker_.moved_last(r);
-  if (moved) hang_reported_ = false;
-  if (hang_reported_) return;
-  const std::string verdict = hang_verdict(segment_, tracker_, ended, now, options_.hang_report);
-  if (verdict.empty()) return;
-  hang_reported_ = true;
-  const auto secs = static_cast<double>(options_.hang_report.count()) / 1000.0;
-  std::fprintf(stderr,
-               "%s: the job looks hung: %s for %g s (the job keeps running; SIGUSR1 prints this "
-               "again; %s sets the interval, 0 switches it off)\n",
-               options_.name.c_str(), verdict.c_str(), secs, options_.hang_report_setting.c_str());
-  print_report("no progress");
-}
-
-void JobSupervisor::print_report(const char* why) const {
+// What the supervisor knows of its ranks beyond the segment: their pids while they run, and
+// how each that has ended did.
+JobView JobSupervisor::view() const {
   JobView view;
   for (const RankResult& r : ranks_) {
     view.pids.push_back(r.ended ? 0 : r.pid);
     view.ended.push_back(r.ended ? segment::describe_end(r.kind, r.code) : std::string());
   }
-  view.tracker = tracker_.observed_twice() ? &tracker_ : nullptr;
-  print_hang_report(segment_, std::cerr, options_.name, why, &view);
+  return view;
 }
+
+void JobSupervisor::print_report(const char* why) const { watchdog_.print_report(why, view()); }
 
 void JobSupervisor::print_summary() const {
   const std::string& me = options_.name;
