@@ -17,10 +17,12 @@
 
 #include <shmdist/launch.hpp>
 
+#include "base/config.hpp"
 #include "job/diagnosis.hpp"
 #include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
+#include "job/watchdog.hpp"
 #include "pg/default_group.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
@@ -73,11 +75,17 @@ std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
   }
 }
 
-// LaunchOptions::hang_report, else SHMDIST_HANG_REPORT, else 30 s.
-std::chrono::milliseconds hang_report_for(const LaunchOptions& options,
-                                          const config::Config& config) {
-  if (options.hang_report) return *options.hang_report;
-  return config.hang_report.value_or(std::chrono::seconds(30));
+// The watchdog of a launch() job, in either mode. Its hang report: LaunchOptions::hang_report,
+// else SHMDIST_HANG_REPORT, else 30 s.
+job::WatchdogOptions watchdog_options(const LaunchOptions& options, const config::Config& config) {
+  job::WatchdogOptions w;
+  w.name = "shmdist::launch";
+  w.job_timeout = options.job_timeout;
+  w.hang_report = options.hang_report ? *options.hang_report
+                                      : config.hang_report.value_or(std::chrono::seconds(30));
+  w.timeout_setting = "LaunchOptions::job_timeout";
+  w.hang_report_setting = "LaunchOptions::hang_report or SHMDIST_HANG_REPORT";
+  return w;
 }
 
 std::uint64_t ring_size_for(int n, const LaunchOptions& options) {
@@ -107,54 +115,26 @@ std::vector<RankOutcome> launch_threads(int n, const std::function<void(ProcessG
       cv.notify_all();
     });
   }
-  // The job timeout and the hang watchdog (job/progress.hpp), as JobSupervisor does for
-  // processes.
-  const auto hang_after = hang_report_for(options, config);
-  const auto started = std::chrono::steady_clock::now();
-  const auto deadline = options.job_timeout.count() > 0 ? started + options.job_timeout
-                                                        : std::chrono::steady_clock::time_point::max();
-  job::ProgressTracker tracker;
-  bool reported = false;
+  // The job timeout and the hang report: the watchdog JobSupervisor runs for processes.
+  job::Watchdog watchdog(*seg, watchdog_options(options, config));
+  watchdog.start(std::chrono::steady_clock::now());
+  const job::JobView ranks;  // threads: no pids of their own; how they end is in the segment
   {
     std::unique_lock lock(mu);
+    const auto ended = [&] { return running == 0; };
     while (running > 0) {
-      auto wake = deadline;
-      const auto every = std::clamp(hang_after / 4, std::chrono::milliseconds(10),
-                                    std::chrono::milliseconds(1000));
-      if (hang_after.count() > 0) wake = std::min(wake, std::chrono::steady_clock::now() + every);
+      const auto wake = watchdog.next_check();
       if (wake == std::chrono::steady_clock::time_point::max()) {
-        cv.wait(lock, [&] { return running == 0; });
+        cv.wait(lock, ended);
         break;
       }
-      if (cv.wait_until(lock, wake, [&] { return running == 0; })) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) {
-        lock.unlock();
-        std::cerr << "shmdist::launch: the job did not finish within its LaunchOptions::job_timeout "
-                     "of " << options.job_timeout.count() << " ms\n";
-        job::print_hang_report(*seg, std::cerr, "shmdist::launch", "timeout");
-        segment::record_job_abort(*seg, segment::AbortReason::Timeout);
-        break;
-      }
-      if (hang_after.count() <= 0) continue;
+      if (cv.wait_until(lock, wake, ended)) break;
       lock.unlock();
-      tracker.observe(job::sample_progress(*seg, {}), now);
-      bool moved = false;
-      for (int r = 0; r < n; ++r) moved |= tracker.moved_last(r);
-      if (moved) reported = false;
-      if (!reported) {
-        const std::string verdict =
-            job::hang_verdict(*seg, tracker, std::vector<bool>(n, false), now, hang_after);
-        if (!verdict.empty()) {
-          reported = true;
-          std::cerr << "shmdist::launch: the job looks hung: " << verdict << " for "
-                    << hang_after.count() << " ms (it keeps running)\n";
-          job::JobView view;
-          view.tracker = &tracker;
-          job::print_hang_report(*seg, std::cerr, "shmdist::launch", "no progress", &view);
-        }
-      }
+      const bool timed_out = watchdog.check(std::chrono::steady_clock::now(), ranks);
+      // Every blocked call of the job throws (the ranks then end, and are joined below).
+      if (timed_out) segment::record_job_abort(*seg, segment::AbortReason::Timeout);
       lock.lock();
+      if (timed_out) break;
     }
   }
   for (auto& t : threads) t.join();
@@ -167,14 +147,15 @@ std::vector<RankOutcome> launch_processes(int n, const std::function<void(Proces
   auto seg = std::make_shared<segment::Segment>(
       segment::Segment::create_anonymous(n, ring_size_for(n, options)));
   seg->header().flags |= segment::kStartedByLaunch;
+  const job::WatchdogOptions watch = watchdog_options(options, config);
   job::SupervisorOptions sup_options;
-  sup_options.name = "shmdist::launch";
-  sup_options.job_timeout = options.job_timeout;
+  sup_options.name = watch.name;
+  sup_options.job_timeout = watch.job_timeout;
   sup_options.term_grace = options.grace;
-  sup_options.hang_report = hang_report_for(options, config);
+  sup_options.hang_report = watch.hang_report;
   sup_options.rank_process_groups = true;
-  sup_options.timeout_setting = "LaunchOptions::job_timeout";
-  sup_options.hang_report_setting = "LaunchOptions::hang_report or SHMDIST_HANG_REPORT";
+  sup_options.timeout_setting = watch.timeout_setting;
+  sup_options.hang_report_setting = watch.hang_report_setting;
   job::JobSupervisor supervisor(*seg, sup_options);
   std::vector<int> error_pipes(n, -1);
   auto close_error_pipes = [&] {
@@ -236,7 +217,7 @@ std::vector<RankOutcome> launch(int n, const std::function<void(ProcessGroup&)>&
     throw InvalidArgument("launch: expected 1 to " + std::to_string(segment::kMaxWorldSize) +
                           " ranks, got " + std::to_string(n));
   if (!fn) throw InvalidArgument("launch: the rank function is empty");
-  if (options.ring_size) segment::check_ring_size(options.ring_size, "LaunchOptions::ring_size");
+  if (options.ring_size) config::check_ring_size(options.ring_size, "LaunchOptions::ring_size");
   // As InitOptions::timeout is checked: a group timeout must be positive.
   if (options.timeout.count() <= 0)
     throw InvalidArgument("LaunchOptions::timeout must be positive, got " +

@@ -3,7 +3,6 @@
 #include <utility>
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <bit>
 #include <cstring>
 
+#include "base/process_alive.hpp"
 #include "segment/job_state.hpp"
 
 namespace shmdist::transport {
@@ -459,8 +459,9 @@ PeerState ShmTransport::peer_state(int peer) {
 }
 
 // Without a supervising launcher, a rank watches its peers' processes itself: a pidfd per
-// peer (no pid reuse, and it also reports a zombie nobody reaped), polled all at once at most
-// every liveness_interval_. Peers whose pid is not published yet count as alive.
+// peer (no pid reuse, and it also reports a zombie nobody reaped; base/process_alive.hpp),
+// polled all at once at most every liveness_interval_; where there are no pidfds, the
+// one-shot check of /proc. Peers whose pid is not published yet count as alive.
 bool ShmTransport::peer_alive(int peer) {
   const auto now = std::chrono::steady_clock::now();
   if (now >= next_liveness_check_) {
@@ -472,9 +473,10 @@ bool ShmTransport::peer_alive(int peer) {
       if (pidfds_[p] < 0) {
         const int pid = segment_->rank_control(p).pid.load(std::memory_order_relaxed);
         if (pid <= 0) continue;
-        pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+        pidfds_[p] = detail::open_pidfd(pid);
         if (pidfds_[p] < 0) {
-          if (errno == ESRCH) dead_[p] = true;
+          // No such process (reaped), or no pidfds here: the one-shot check then.
+          if (errno == ESRCH || !detail::process_alive_by_proc(pid)) dead_[p] = true;
           continue;
         }
       }
