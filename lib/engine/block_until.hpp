@@ -49,14 +49,14 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
     Engine* e;
     bool* published;
     ~ClearBlocked() {
-      if (*published && --e->blocked_waits_ == 0) e->transport_->clear_blocked();
+      if (*published && --e->blocked_waits_ == 0) e->peers_->clear_blocked();
     }
   } clear_on_exit{this, &published};
 
   for (auto now = started;; now = Clock::now()) {
     // Phase 1: spin (briefly, yielding, if more ranks are awake than there are CPUs).
     const wait::SpinPolicy::Choice how =
-        spin_.choose(std::max(transport_->awake_ranks(), focus.crowd));
+        spin_.choose(std::max(waker_->awake_ranks(), focus.crowd));
     auto spin_until = now + how.spin;
     auto next_check = now + spin_.health_check;
     std::uint64_t moves_seen = focus.moves ? *focus.moves : 0;
@@ -102,27 +102,27 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
       published = true;
     }
     for (;;) {
-      const std::uint32_t token = transport_->arm();
+      const std::uint32_t token = waker_->arm();
       bool ready = false;
       try {
         ready = progress(focus.peer, true) || done();  // done() may throw (wait_until)
       } catch (...) {
-        transport_->disarm();
+        waker_->disarm();
         throw;
       }
       if (ready) {
-        transport_->disarm();
+        waker_->disarm();
         break;  // back to spinning: more is likely to follow
       }
       try {
         check_failures(focus);
       } catch (...) {
-        transport_->disarm();
+        waker_->disarm();
         throw;
       }
       now = Clock::now();
       if (now >= deadline) {
-        transport_->disarm();
+        waker_->disarm();
         return false;
       }
       const auto nap = std::min<Clock::duration>(deadline - now, spin_.health_check);
@@ -135,12 +135,12 @@ bool Engine::block_until(Done&& done, const WaitFocus& focus, Clock::duration li
           ~Relock() { lock.reacquire(); }
         } relock{lock_};
         lock_.release();
-        transport_->sleep(token, nap);
+        waker_->sleep(token, nap);
       } else {
-        transport_->sleep(token, nap);
+        waker_->sleep(token, nap);
       }
       --sleepers_;
-      transport_->disarm();
+      waker_->disarm();
     }
   }
 }

@@ -15,9 +15,10 @@ namespace shmdist::engine {
 // of PAUSEs: a typical ping-pong turnaround, far below the spin phase of block_until).
 constexpr unsigned kDirectSpins = 200;
 
-Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
-               std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)),
+Engine::Engine(transport::Link link, wait::SpinPolicy spin, std::chrono::milliseconds timeout)
+    : peers_(std::move(link.peers)),
+      waker_(std::move(link.waker)),
+      transport_(std::move(link.bytes)),
       rank_(transport_->rank()),
       world_(transport_->world_size()),
       spin_(spin),
@@ -248,7 +249,7 @@ int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   if (result != transport::DirectResult::Empty) [[likely]]
     return result == transport::DirectResult::Received ? from : -1;
   // Not there yet: spin for it, unless more ranks are awake than there are CPUs.
-  const bool crowded = world_ > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
+  const bool crowded = world_ > spin_.cpus && spin_.choose(waker_->awake_ranks()).yield;
   const unsigned tries = crowded ? 0 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
     wait::cpu_relax();

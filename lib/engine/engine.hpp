@@ -26,7 +26,7 @@
 #include "engine/engine_lock.hpp"
 #include "engine/operation.hpp"
 #include "segment/layout.hpp"
-#include "transport/transport.hpp"
+#include "transport/link.hpp"
 #include "wait/spin.hpp"
 
 namespace shmdist::engine {
@@ -71,7 +71,7 @@ struct CollectiveWait {
 
 class Engine : public transport::InboundHandler, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
+  Engine(transport::Link link, wait::SpinPolicy spin,
          std::chrono::milliseconds timeout);
   ~Engine() override;
 
@@ -262,6 +262,11 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // Waits of this rank's threads that published what they are blocked on. Under lock_.
   int blocked_waits_ = 0;
 
+  // The link (transport/link.hpp): bytes on the fast path; sleeping and peers' health only
+  // on slow paths (a wait that found nothing, a timeout, destroy). Declared so that the
+  // transport, which may use the other two, is destroyed first.
+  std::shared_ptr<transport::Peers> peers_;
+  std::shared_ptr<transport::Waker> waker_;
   std::unique_ptr<transport::Transport> transport_;
   int rank_;
   int world_;

@@ -42,7 +42,7 @@ Engine::Entry Engine::enter(const char* call, Clock::duration limit) {
 }
 
 void Engine::wake_sleepers() {
-  if (sleepers_ > 0) transport_->wake_sleepers();
+  if (sleepers_ > 0) waker_->wake_sleepers();
 }
 
 bool Engine::progress(int preferred, bool full_scan) {
@@ -83,7 +83,7 @@ void Engine::publish_blocked(const WaitFocus& focus) {
   info.tag = focus.key.tag;
   info.bytes = focus.bytes;
   info.pending_ops = static_cast<std::uint32_t>(pending_operations());
-  transport_->set_blocked(info);
+  peers_->set_blocked(info);
 }
 
 std::string Engine::describe(const WaitFocus& focus) const {
@@ -121,12 +121,12 @@ std::string Engine::describe(const WaitFocus& focus) const {
 // whether the caller needs that peer or not. `what` names the caller's wait, for the text.
 template <class What>
 void Engine::fail_on_abnormal_end(What&& what) {
-  transport_->check_job();
+  peers_->check_job();
   for (int p : all_peers_) {
-    transport::PeerState st = transport_->peer_state(p);
+    transport::PeerState st = peers_->peer_state(p);
     if (st.status == transport::PeerStatus::Gone && !st.clean) {
-      transport_->report_failure(p);
-      transport_->check_job();
+      peers_->report_failure(p);
+      peers_->check_job();
       throw PeerFailure("peer failure: " + st.how + "; " + what() + " cannot complete");
     }
   }
@@ -144,14 +144,14 @@ void Engine::check_failures(const WaitFocus& focus) {
   // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
   // could satisfy, with nothing of its left in the ring, can never complete.
   auto silent = [&](int p) {
-    const auto st = transport_->peer_state(p);
+    const auto st = peers_->peer_state(p);
     return st.status != transport::PeerStatus::Running && !transport_->inbound_in_progress(p) &&
            !transport_->inbound_pending(p);
   };
   const bool receiving =
       focus.op == kBlockedRecv || focus.op == kBlockedWait || focus.op == kBlockedBarrier;
   if (receiving && focus.peer >= 0 && focus.peer != rank() && silent(focus.peer)) {
-    transport_->note_failure_cause(focus.peer);
+    peers_->note_failure_cause(focus.peer);
     throw PeerFailure("rank " + std::to_string(focus.peer) +
                       " has finalized (destroy_process_group) or exited, and will send nothing "
                       "more; " + describe(focus) + " can never complete");
@@ -167,7 +167,7 @@ void Engine::check_failures(const WaitFocus& focus) {
       else if (lowest_silent < 0 || p < lowest_silent) lowest_silent = p;
     }
     if (!any_alive) {
-      if (lowest_silent >= 0) transport_->note_failure_cause(lowest_silent);
+      if (lowest_silent >= 0) peers_->note_failure_cause(lowest_silent);
       throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
                         " can never complete");
     }
@@ -198,7 +198,7 @@ void Engine::check_failures(const WaitFocus& focus) {
       focus.task->awaited_peers(still);
       for (int p : gone)
         if (std::find(still.begin(), still.end(), p) != still.end()) {
-          transport_->note_failure_cause(p);
+          peers_->note_failure_cause(p);
           throw PeerFailure("rank " + std::to_string(p) +
                             " has finalized (destroy_process_group) or exited without taking "
                             "part; " + describe(focus) + " can never complete");
@@ -206,9 +206,9 @@ void Engine::check_failures(const WaitFocus& focus) {
     }
   }
   if (focus.op == kBlockedSend && focus.peer >= 0) {
-    const auto st = transport_->peer_state(focus.peer);
+    const auto st = peers_->peer_state(focus.peer);
     if (st.status == transport::PeerStatus::Gone) {
-      transport_->note_failure_cause(focus.peer);
+      peers_->note_failure_cause(focus.peer);
       throw PeerFailure(st.how + " without receiving; " + describe(focus) + " cannot complete");
     }
   }

@@ -1,7 +1,7 @@
 // Whether a process still lives, for the rendezvous of ranks started by a foreign launcher
 // (torchrun-style variables, no shmrun): it decides whether a named segment left behind in
 // /dev/shm is stale (its creator, or the process holding our rank, is dead) and may be
-// replaced. Ranks watch their peers while they wait with pidfds instead (ShmTransport).
+// replaced. Ranks watch their peers while they wait with pidfds instead (transport::ShmPeers).
 #pragma once
 
 #include <sys/types.h>

@@ -60,7 +60,7 @@ struct WaitRig {
   explicit WaitRig(wait::SpinPolicy spin) : wire(std::make_shared<FakeWire>(0, 3)) {
     spin.cpus = 1;
     spin.health_check = 1ms;
-    engine = std::make_shared<engine::Engine>(std::make_unique<FakeTransport>(wire), spin, 30s);
+    engine = std::make_shared<engine::Engine>(fake_link(wire), spin, 30s);
   }
   std::shared_ptr<FakeWire> wire;
   std::shared_ptr<engine::Engine> engine;
