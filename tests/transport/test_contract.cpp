@@ -204,7 +204,8 @@ class Collector final : public InboundHandler {
  public:
   InboundSink* on_message_start(const Envelope& env) override {
     auto& slot = open_[env.src];
-    BOOST_TEST_REQUIRE((slot == nullptr), "a message from " << env.src << " began before the last ended");
+    BOOST_TEST_REQUIRE((slot == nullptr),
+                       "a message from " << env.src << " began before the last ended");
     slot = std::make_unique<Open>();
     slot->bytes.resize(env.nbytes);
     slot->sink.dest = slot->bytes.data();
@@ -245,7 +246,8 @@ void step(W& w, int src, OutboundMessage* msg, Collector& c) {
 // Sends every message of `msgs` from `src` (in order), the receiver polling meanwhile, until
 // `expect_total` messages arrived.
 template <class W>
-void run(W& w, int src, std::vector<OutboundMessage>& msgs, Collector& c, std::size_t expect_total) {
+void run(W& w, int src, std::vector<OutboundMessage>& msgs, Collector& c,
+         std::size_t expect_total) {
   std::size_t i = 0;
   for (int n = 0; n < kMaxSteps && c.got.size() < expect_total; ++n) {
     while (i < msgs.size() && msgs[i].done()) ++i;
