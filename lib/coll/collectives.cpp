@@ -14,7 +14,7 @@
 
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
-#include "engine/block_until.hpp"
+#include "engine/waiter.hpp"
 
 namespace shmdist::coll {
 namespace {

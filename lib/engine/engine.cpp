@@ -1,6 +1,6 @@
 // The engine's point-to-point entry points and its send queues.
 
-#include "engine/block_until.hpp"
+#include "engine/waiter.hpp"
 #include "engine/operation_pool.hpp"
 
 #include <utility>

@@ -137,7 +137,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // sleeps, until done() returns true, making progress on everything else meanwhile. `task`
   // (not registered) names the call and whom it waits for, for Timeout and PeerFailure texts
   // and peer checks. Throws Timeout after the process group's timeout, PeerFailure as every
-  // wait does, and whatever done() throws. Defined in engine/block_until.hpp.
+  // wait does, and whatever done() throws. Defined in engine/waiter.hpp.
   template <class Done>
   void wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes,
                   CollectiveWait how = {});
@@ -188,7 +188,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   transport::InboundSink* on_message_start(const transport::Envelope& env) override;
   void on_message_complete(transport::InboundSink* sink, const transport::Envelope& env) override;
 
-  // matching.cpp
+  // matcher.cpp
   Operation* take_posted_match(const transport::Envelope& env);
   void attach_receiver(Inflight& f, Operation& op);
   void to_unexpected(Inflight& f);
@@ -238,7 +238,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   Tally tally_unfinished() const;
   void write_report(std::ostream& report, const Tally& tally, const std::string& problem) const;
 
-  // waiting.cpp and block_until.hpp
+  // waiter.cpp and waiter.hpp
   bool progress(int preferred, bool full_scan);
   bool advance_tasks();
   // Spins, then sleeps, until done() (true) or the deadline (false), making progress on

@@ -7,7 +7,7 @@
 #include <tuple>
 #include <sstream>
 
-#include "engine/block_until.hpp"
+#include "engine/waiter.hpp"
 
 namespace shmdist::engine {
 namespace {

@@ -16,7 +16,7 @@
 #include <shmdist/errors.hpp>
 
 #include "engine/background.hpp"
-#include "engine/block_until.hpp"
+#include "engine/waiter.hpp"
 #include "fake_transport.hpp"
 
 using namespace shmdist;
