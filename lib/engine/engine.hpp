@@ -211,26 +211,30 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // that number, otherwise saying it is not.
   std::string group_text_for(std::uint32_t id, std::uint32_t sig) const;
 
-  // sends
-  void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  // engine.cpp: entry points, progress
   const std::vector<int>* intern_candidates(const std::vector<int>& candidates);
   void send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
                      const transport::OutboundMessage* begun);
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
   void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
-  void start_send(Operation& op);
   static std::shared_ptr<Operation> completed_send();
-  bool push_sends();
-  void withdraw_send(Operation& op);
-  void drop_send(Operation& op, std::exception_ptr e);
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
-  // A send whose message is done: completed, or failed if the transport says it failed on
-  // the receiver's side (out.failure).
-  void end_send(Operation& op);
   // Fails every pending operation and task with `error` (destructor, finalize, abandon);
   // returns how many sends it failed.
   std::size_t fail_all_pending(std::exception_ptr error);
+  bool progress(int preferred, bool full_scan);
+  bool advance_tasks();
+
+  // send_queues.cpp: one FIFO per destination
+  void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  void start_send(Operation& op);
+  bool push_sends();
+  void withdraw_send(Operation& op);
+  void drop_send(Operation& op, std::exception_ptr e);
+  // A send whose message is done: completed, or failed if the transport says it failed on
+  // the receiver's side (out.failure).
+  void end_send(Operation& op);
 
   // finalize.cpp: destroy_process_group is drain, tally, fail what is left, report.
   struct Tally;  // the user's messages never received and receives never matched, by peer
@@ -239,8 +243,6 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void write_report(std::ostream& report, const Tally& tally, const std::string& problem) const;
 
   // waiter.cpp and waiter.hpp
-  bool progress(int preferred, bool full_scan);
-  bool advance_tasks();
   // Spins, then sleeps, until done() (true) or the deadline (false), making progress on
   // every pending operation meanwhile. Throws PeerFailure when the wait cannot succeed.
   template <class Done>

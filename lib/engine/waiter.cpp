@@ -1,5 +1,7 @@
-// Progress, and deciding when a wait cannot succeed (dead or finalized peers, aborted job,
-// deadline), with error texts that say what was awaited and what to do.
+// The waiter, out of line: what a blocked call publishes for hang reports, deciding when a
+// wait cannot succeed (dead or finalized peers, aborted job, deadline), with error texts that
+// say what was awaited and what to do, and waking this rank's sleepers. The loop itself is
+// in waiter.hpp.
 
 #include "engine/engine.hpp"
 #include "engine/group_name.hpp"
@@ -22,57 +24,8 @@ std::string awaited_text(const BackgroundTask& task) {
 }
 }  // namespace
 
-std::optional<Engine::Entry> Engine::try_enter(const char* call, Clock::duration limit) {
-  if (lock_.held_by_this_thread()) return Entry{};
-  if (!lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
-  lock_.set_call(call);
-  return Entry{&lock_};
-}
-
-Engine::Entry Engine::enter(const char* call, Clock::duration limit) {
-  if (std::optional<Entry> entry = try_enter(call, limit)) [[likely]]
-    return std::move(*entry);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
-  throw Timeout(std::string(call) + " on rank " + std::to_string(rank_) + " timed out after " +
-                std::to_string(ms) + " ms waiting to enter the engine: another thread of this "
-                "process is inside it (in " + lock_.call() + ") and did not let it in. A call "
-                "lets others in whenever it waits, so that thread is stuck in work that does "
-                "not wait (stopped by a debugger or a signal?). Raise InitOptions::timeout if "
-                "it is just slow.");
-}
-
 void Engine::wake_sleepers() {
   if (sleepers_ > 0) transport_->wake_sleepers();
-}
-
-bool Engine::progress(int preferred, bool full_scan) {
-  bool moved = transport_->poll(*this, preferred, full_scan);
-  if (!tasks_.empty()) moved |= advance_tasks();
-  if (!sending_to_.empty()) moved |= push_sends();
-  transport_->flush();
-  return moved;
-}
-
-void Engine::add_task(std::shared_ptr<BackgroundTask> task) {
-  task->advance();
-  if (!task->finished()) tasks_.push_back(std::move(task));
-}
-
-// Tasks advance in start order; a task may start point-to-point operations here, which
-// push_sends (after this) and the next poll pick up.
-bool Engine::advance_tasks() {
-  bool moved = false;
-  for (std::size_t i = 0; i < tasks_.size(); ++i) moved |= tasks_[i]->advance();
-  std::erase_if(tasks_, [](const auto& t) { return t->finished(); });
-  return moved;
-}
-
-std::size_t Engine::pending_operations() const {
-  std::size_t n = 0;
-  for (auto it = posted_.begin(); it != posted_.end(); ++it) ++n;
-  for (const auto& q : send_queues_) n += q.size();
-  for (const Inflight& f : inflight_) n += f.receiver != nullptr;
-  return n + tasks_.size();
 }
 
 void Engine::publish_blocked(const WaitFocus& focus) {
