@@ -2,7 +2,7 @@
 // entering the engine, progress, and failing what is pending. The matcher is matcher.cpp,
 // the send queues send_queues.cpp, the waiter waiter.hpp and waiter.cpp.
 
-#include "engine/waiter.hpp"
+#include "engine/engine.hpp"
 #include "engine/operation_pool.hpp"
 
 #include <utility>
@@ -23,7 +23,8 @@ Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy
       rank_(transport_->rank()),
       world_(transport_->world_size()),
       spin_(spin),
-      timeout_(timeout) {
+      timeout_(timeout),
+      waiter_(*transport_, lock_, spin_, all_peers_) {
   const int world = transport_->world_size();
   inflight_.resize(world);
   unexpected_from_.resize(world);
@@ -175,7 +176,7 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
   }
   if (!done) {
     (this->*withdraw)(op);
-    throw_timeout(focus, timeout_);
+    waiter_.throw_timeout(focus, timeout_);
   }
 }
 
@@ -326,12 +327,12 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
     if (op.kind == Operation::Kind::Collective) {
       task = op.task.lock();
       focus.op = kBlockedCollective;
-      focus.task = task.get();
+      focus.subject = task.get();
     }
     const bool done = block_until([&] { return !op.pending(); }, focus, limit);
     if (!done) {
       if (timeout) return false;
-      throw_timeout(focus, limit);
+      waiter_.throw_timeout(focus, limit);
     }
   }
   if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);

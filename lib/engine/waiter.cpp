@@ -3,7 +3,7 @@
 // say what was awaited and what to do, and waking this rank's sleepers. The loop itself is
 // in waiter.hpp.
 
-#include "engine/engine.hpp"
+#include "engine/waiter.hpp"
 #include "engine/group_name.hpp"
 
 #include <shmdist/errors.hpp>
@@ -13,7 +13,7 @@
 namespace shmdist::engine {
 namespace {
 // "ranks 1, 3 have" / "rank 2 has" (global ranks).
-std::string awaited_text(const BackgroundTask& task) {
+std::string awaited_text(const WaitSubject& task) {
   std::vector<int> awaited;
   task.awaited_peers(awaited);
   if (awaited.empty()) return "no member is missing, yet it has";
@@ -24,23 +24,23 @@ std::string awaited_text(const BackgroundTask& task) {
 }
 }  // namespace
 
-void Engine::wake_sleepers() {
+void Waiter::wake_sleepers() {
   if (sleepers_ > 0) transport_->wake_sleepers();
 }
 
-void Engine::publish_blocked(const WaitFocus& focus) {
+void Waiter::publish_blocked(const WaitFocus& focus, std::size_t pending_ops) {
   transport::BlockedInfo info;
   info.op = focus.op;
   info.peer = focus.peer;
   info.group = focus.key.group_id;
   info.tag = focus.key.tag;
   info.bytes = focus.bytes;
-  info.pending_ops = static_cast<std::uint32_t>(pending_operations());
+  info.pending_ops = static_cast<std::uint32_t>(pending_ops);
   transport_->set_blocked(info);
 }
 
-std::string Engine::describe(const WaitFocus& focus) const {
-  if (focus.task) return focus.task->describe() + " on rank " + std::to_string(rank());
+std::string Waiter::describe(const WaitFocus& focus) const {
+  if (focus.subject) return focus.subject->describe() + " on rank " + std::to_string(rank());
   std::string what = blocked_op_name(focus.op);
   if (focus.peer >= 0)
     what += (focus.op == kBlockedSend ? " to rank " : " from rank ") + std::to_string(focus.peer);
@@ -54,7 +54,7 @@ std::string Engine::describe(const WaitFocus& focus) const {
   return what + " on rank " + std::to_string(rank());
 }
 
-[[noreturn]] void Engine::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
+[[noreturn]] void Waiter::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
   std::string hint;
   if (focus.op == kBlockedRecv)
@@ -63,8 +63,8 @@ std::string Engine::describe(const WaitFocus& focus) const {
                            : "; check that some rank sends to this rank with the same tag and group";
   else if (focus.op == kBlockedSend)
     hint = "; the receiver has not taken the data (is it receiving, or stuck elsewhere?)";
-  else if (focus.task)
-    hint = "; " + awaited_text(*focus.task) +
+  else if (focus.subject)
+    hint = "; " + awaited_text(*focus.subject) +
            " not arrived (every member must call the same collectives in the same order)";
   throw Timeout(describe(focus) + " timed out after " + std::to_string(ms) + " ms" + hint +
                 ". Raise InitOptions::timeout if the peer is just slow.");
@@ -73,7 +73,7 @@ std::string Engine::describe(const WaitFocus& focus) const {
 // Any peer that ended abnormally aborts the whole job (fail-fast, as mpirun and torchrun do),
 // whether the caller needs that peer or not. `what` names the caller's wait, for the text.
 template <class What>
-void Engine::fail_on_abnormal_end(What&& what) {
+void Waiter::fail_on_abnormal_end(What&& what) {
   transport_->check_job();
   for (int p : all_peers_) {
     transport::PeerState st = transport_->peer_state(p);
@@ -85,13 +85,13 @@ void Engine::fail_on_abnormal_end(What&& what) {
   }
 }
 
-void Engine::check_peers(const std::string& waiting_for) {
+void Waiter::check_peers(const std::string& waiting_for) {
   if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return waiting_for + " on rank " + std::to_string(rank()); });
 }
 
 // Throws when the awaited event can no longer happen.
-void Engine::check_failures(const WaitFocus& focus) {
+void Waiter::check_failures(const WaitFocus& focus) {
   if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return describe(focus); });
   // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
@@ -125,7 +125,7 @@ void Engine::check_failures(const WaitFocus& focus) {
                         " can never complete");
     }
   }
-  if (focus.task) {
+  if (focus.subject) {
     // The list of awaited peers is read before silent() reads their state, so a peer may
     // have done its part between the two (published its last round on the world lane, saw
     // ours, returned and called destroy_process_group): ask the task again, AFTER the state
@@ -142,13 +142,13 @@ void Engine::check_failures(const WaitFocus& focus) {
     // Before, a barrier whose peer went through its last round and finalized between our
     // two reads failed with a false PeerFailure just before destroy.
     std::vector<int> awaited;
-    focus.task->awaited_peers(awaited);
+    focus.subject->awaited_peers(awaited);
     std::vector<int> gone;
     for (int p : awaited)
       if (p != rank() && silent(p)) gone.push_back(p);
     if (!gone.empty()) {
       std::vector<int> still;
-      focus.task->awaited_peers(still);
+      focus.subject->awaited_peers(still);
       for (int p : gone)
         if (std::find(still.begin(), still.end(), p) != still.end()) {
           transport_->note_failure_cause(p);
