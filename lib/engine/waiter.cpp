@@ -13,9 +13,9 @@
 namespace shmdist::engine {
 namespace {
 // "ranks 1, 3 have" / "rank 2 has" (global ranks).
-std::string awaited_text(const WaitSubject& task) {
+std::string awaited_text(const WaitSubject& subject) {
   std::vector<int> awaited;
-  task.awaited_peers(awaited);
+  subject.awaited_peers(awaited);
   if (awaited.empty()) return "no member is missing, yet it has";
   std::string text = awaited.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < awaited.size(); ++i)
@@ -128,7 +128,7 @@ void Waiter::check_failures(const WaitFocus& focus) {
   if (focus.subject) {
     // The list of awaited peers is read before silent() reads their state, so a peer may
     // have done its part between the two (published its last round on the world lane, saw
-    // ours, returned and called destroy_process_group): ask the task again, AFTER the state
+    // ours, returned and called destroy_process_group): ask the subject again, AFTER the state
     // reads, and fail only for a silent peer it still waits for. Why that second look sees
     // the part a finalized peer did: its release store of its lane round flag
     // (ShmLane::publish) is sequenced before its release store of Finalized (ShmTransport::
@@ -137,7 +137,7 @@ void Waiter::check_failures(const WaitFocus& focus) {
     // store; the flag store therefore happens before our second awaited_peers(), whose
     // acquire load of the flag (ShmLane::awaited) must return it or a later value
     // (write-read coherence). Ended is stored (release, record_rank_end) by whoever saw the
-    // rank end, after all its stores. A message the task waits for needs no second look:
+    // rank end, after all its stores. A message the call waits for needs no second look:
     // silent() reads the ring (a record's stamp, acquire) after the state, the same way.
     // Before, a barrier whose peer went through its last round and finalized between our
     // two reads failed with a false PeerFailure just before destroy.
