@@ -84,7 +84,6 @@ class ShmLane {
   void end_turn() { ++served_; }
 
   std::uint64_t round() const { return round_; }  // the last round this rank published
-  const std::uint64_t* round_counter() const { return &round_; }  // for Engine::wait_until
   // This rank's slot for round() + 1 (its header, then the data area).
   std::byte* next_slot() const { return slot(rank_, (round_ + 1) & 1); }
   // Step 2: publishes round() + 1.

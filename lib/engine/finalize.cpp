@@ -7,7 +7,7 @@
 #include <tuple>
 #include <sstream>
 
-#include "engine/block_until.hpp"
+#include "engine/engine.hpp"
 
 namespace shmdist::engine {
 namespace {
