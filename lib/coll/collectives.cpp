@@ -15,7 +15,7 @@
 #include "base/cpus.hpp"
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
-#include "engine/block_until.hpp"
+#include "engine/engine.hpp"
 
 namespace shmdist::coll {
 namespace {
@@ -191,13 +191,10 @@ Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
   return sch->start();
 }
 
-// What a blocking lane call tells the engine while it waits (never registered as a task).
-class BlockedCall final : public engine::BackgroundTask {
+// What a blocking lane call tells the engine's waiter about itself: its name, whom it waits for.
+class BlockedCall final : public engine::WaitSubject {
  public:
   BlockedCall(const LaneCall& call, const CallContext& ctx) : call_(call), ctx_(ctx) {}
-  bool advance() override { return false; }
-  bool finished() const override { return call_.done(); }
-  void abandon(std::exception_ptr) override {}
   void awaited_peers(std::vector<int>& out) const override { call_.awaited(out); }
   std::string describe() const override { return ctx_.name(); }
 
@@ -205,6 +202,22 @@ class BlockedCall final : public engine::BackgroundTask {
   const LaneCall& call_;
   const CallContext& ctx_;
 };
+
+// A blocking lane call in the engine's waiter: the hang report shows a collective of `bytes`
+// (named by `what`, which also says whom it waits for); every advance() that moved is a
+// Look::Moved (the spin time restarts); it spins as for every member of the world awake,
+// however many sleep now (run_on_lane says why). Out of line: inlined into run_on_lane, GCC 12
+// warns (-Wmaybe-uninitialized, a false positive) about the Builder of barrier().
+[[gnu::noinline]] void wait_on_lane(const CallSetup& s, LaneCall& call, const BlockedCall& what,
+                                    std::uint64_t bytes) {
+  const engine::WaitFocus focus{engine::kBlockedCollective, -1, nullptr, {}, bytes, &what};
+  s.engine->wait_until(
+      [&] {
+        const bool moved = call.advance();
+        return call.done() ? engine::Look::Done : moved ? engine::Look::Moved : engine::Look::Idle;
+      },
+      focus, s.engine->spin_policy().choose(s.lane->world()));
+}
 
 // Polls of the lane before a blocking call enters the engine's waiting loop.
 constexpr int kLanePolls = 256;
@@ -237,13 +250,13 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     // the lane alone first (it delays progress on other operations by a few microseconds at
     // most), then the engine's waiting loop (progress, health checks, timeout, sleep). Not
     // when the world has more ranks than there are CPUs: every round needs every member to
-    // run, so a peer needs this CPU (even one asleep now: it is woken for this round), and
-    // the engine's loop yields it at every idle turn (crowd), for its crowded spin time after
-    // each round that moved (moves) before it sleeps.
+    // run, so a peer needs this CPU (even one asleep now: it is woken for this round): the
+    // engine's waiter spins as for every member awake (crowded: it yields the CPU at every
+    // idle turn), and each round that moves (Look::Moved) restarts its spin time before it
+    // sleeps. The hang report shows a collective of `bytes`.
     const bool crowded = cpus::oversubscribed(s.lane->world(), s.lane->cpus());
     if (!crowded && call.spin(kLanePolls)) return completed_collective();
-    s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes,
-                         {s.lane->world(), s.lane->round_counter()});
+    wait_on_lane(s, call, what, bytes);
   } catch (...) {
     if (!call.done()) {
       auto sch = background();

@@ -15,18 +15,15 @@
 #include "engine/engine.hpp"
 #include "pg/group_info.hpp"
 #include "segment/segment.hpp"
+#include "transport/link.hpp"
 
-namespace shmdist::transport {
-class ShmTransport;
-}
 
 namespace shmdist {
 
 namespace detail {
-// Wraps the shared-memory transport of this host's segment into the transport the engine
-// uses (a RoutingTransport across hosts), which then decides the rank and world size.
-using TransportWrap = std::function<std::unique_ptr<transport::Transport>(
-    std::unique_ptr<transport::ShmTransport>)>;
+// Wraps the shared-memory link of this host's segment into the link the engine uses (a
+// routing link across hosts), whose transport then decides the rank and world size.
+using TransportWrap = std::function<transport::Link(transport::Link)>;
 }  // namespace detail
 
 struct ProcessGroup::Impl {

@@ -60,9 +60,9 @@ std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
   int local_rank = 0;
   while (local_members[local_rank] != rank) ++local_rank;
 
-  TransportWrap wrap = [&](std::unique_ptr<transport::ShmTransport> shm) {
-    return std::make_unique<transport::RoutingTransport>(
-        rank, local_members, hosts, std::move(shm), transport::make_mpi_transport(session, remote));
+  TransportWrap wrap = [&](transport::Link shm) {
+    return transport::make_routing_link(rank, local_members, hosts, std::move(shm),
+                                        transport::make_mpi_transport(session, remote));
   };
   // One segment per host, named from the job and the host identity.
   // Its slots are numbered by local rank; every text names the global rank.

@@ -47,16 +47,15 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
   const bool threads = segment->header().flags & segment::kThreadMode;
   const std::uint64_t single_copy =
       config.single_copy.value_or(threads ? config::kDefaultSingleCopy : 0);
-  auto shm = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
-                                                       config.health_check, single_copy);
-  std::unique_ptr<transport::Transport> transport =
-      wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
-  rank = transport->rank();
-  world = transport->world_size();
+  transport::Link shm =
+      transport::make_shm_link(segment, rank, supervised, config.health_check, single_copy);
+  transport::Link link = wrap ? wrap(std::move(shm)) : std::move(shm);
+  rank = link.bytes->rank();
+  world = link.bytes->world_size();
   // The job's CPU count, one answer for the engine's spin policy and the world lane.
   const int cpus = cpus::for_job(config.local_cpus);
   const auto spin = wait::SpinPolicy::for_job(config.spin_us, cpus, config.health_check);
-  engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
+  engine = std::make_shared<engine::Engine>(std::move(link), spin, timeout);
   // The world group's collectives use the segment's lane only when the segment holds the
   // whole world (one host); a job across hosts runs them over point-to-point, whose
   // transports route each peer (same host: shared memory, other hosts: MPI).

@@ -1,7 +1,9 @@
-// Progress, and deciding when a wait cannot succeed (dead or finalized peers, aborted job,
-// deadline), with error texts that say what was awaited and what to do.
+// The waiter, out of line: what a blocked call publishes for hang reports, deciding when a
+// wait cannot succeed (dead or finalized peers, aborted job, deadline), with error texts that
+// say what was awaited and what to do, and waking this rank's sleepers. The loop itself is
+// in waiter.hpp.
 
-#include "engine/engine.hpp"
+#include "engine/waiter.hpp"
 #include "engine/group_name.hpp"
 
 #include <shmdist/errors.hpp>
@@ -11,9 +13,9 @@
 namespace shmdist::engine {
 namespace {
 // "ranks 1, 3 have" / "rank 2 has" (global ranks).
-std::string awaited_text(const BackgroundTask& task) {
+std::string awaited_text(const WaitSubject& subject) {
   std::vector<int> awaited;
-  task.awaited_peers(awaited);
+  subject.awaited_peers(awaited);
   if (awaited.empty()) return "no member is missing, yet it has";
   std::string text = awaited.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < awaited.size(); ++i)
@@ -22,72 +24,23 @@ std::string awaited_text(const BackgroundTask& task) {
 }
 }  // namespace
 
-std::optional<Engine::Entry> Engine::try_enter(const char* call, Clock::duration limit) {
-  if (lock_.held_by_this_thread()) return Entry{};
-  if (!lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
-  lock_.set_call(call);
-  return Entry{&lock_};
+void Waiter::wake_sleepers() {
+  if (sleepers_ > 0) waker_->wake_sleepers();
 }
 
-Engine::Entry Engine::enter(const char* call, Clock::duration limit) {
-  if (std::optional<Entry> entry = try_enter(call, limit)) [[likely]]
-    return std::move(*entry);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
-  throw Timeout(std::string(call) + " on rank " + std::to_string(rank_) + " timed out after " +
-                std::to_string(ms) + " ms waiting to enter the engine: another thread of this "
-                "process is inside it (in " + lock_.call() + ") and did not let it in. A call "
-                "lets others in whenever it waits, so that thread is stuck in work that does "
-                "not wait (stopped by a debugger or a signal?). Raise InitOptions::timeout if "
-                "it is just slow.");
-}
-
-void Engine::wake_sleepers() {
-  if (sleepers_ > 0) transport_->wake_sleepers();
-}
-
-bool Engine::progress(int preferred, bool full_scan) {
-  bool moved = transport_->poll(*this, preferred, full_scan);
-  if (!tasks_.empty()) moved |= advance_tasks();
-  if (!sending_to_.empty()) moved |= push_sends();
-  transport_->flush();
-  return moved;
-}
-
-void Engine::add_task(std::shared_ptr<BackgroundTask> task) {
-  task->advance();
-  if (!task->finished()) tasks_.push_back(std::move(task));
-}
-
-// Tasks advance in start order; a task may start point-to-point operations here, which
-// push_sends (after this) and the next poll pick up.
-bool Engine::advance_tasks() {
-  bool moved = false;
-  for (std::size_t i = 0; i < tasks_.size(); ++i) moved |= tasks_[i]->advance();
-  std::erase_if(tasks_, [](const auto& t) { return t->finished(); });
-  return moved;
-}
-
-std::size_t Engine::pending_operations() const {
-  std::size_t n = 0;
-  for (auto it = posted_.begin(); it != posted_.end(); ++it) ++n;
-  for (const auto& q : send_queues_) n += q.size();
-  for (const Inflight& f : inflight_) n += f.receiver != nullptr;
-  return n + tasks_.size();
-}
-
-void Engine::publish_blocked(const WaitFocus& focus) {
+void Waiter::publish_blocked(const WaitFocus& focus, std::size_t pending_ops) {
   transport::BlockedInfo info;
   info.op = focus.op;
   info.peer = focus.peer;
   info.group = focus.key.group_id;
   info.tag = focus.key.tag;
   info.bytes = focus.bytes;
-  info.pending_ops = static_cast<std::uint32_t>(pending_operations());
-  transport_->set_blocked(info);
+  info.pending_ops = static_cast<std::uint32_t>(pending_ops);
+  peers_->set_blocked(info);
 }
 
-std::string Engine::describe(const WaitFocus& focus) const {
-  if (focus.task) return focus.task->describe() + " on rank " + std::to_string(rank());
+std::string Waiter::describe(const WaitFocus& focus) const {
+  if (focus.subject) return focus.subject->describe() + " on rank " + std::to_string(rank());
   std::string what = blocked_op_name(focus.op);
   if (focus.peer >= 0)
     what += (focus.op == kBlockedSend ? " to rank " : " from rank ") + std::to_string(focus.peer);
@@ -101,7 +54,7 @@ std::string Engine::describe(const WaitFocus& focus) const {
   return what + " on rank " + std::to_string(rank());
 }
 
-[[noreturn]] void Engine::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
+[[noreturn]] void Waiter::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
   std::string hint;
   if (focus.op == kBlockedRecv)
@@ -110,8 +63,8 @@ std::string Engine::describe(const WaitFocus& focus) const {
                            : "; check that some rank sends to this rank with the same tag and group";
   else if (focus.op == kBlockedSend)
     hint = "; the receiver has not taken the data (is it receiving, or stuck elsewhere?)";
-  else if (focus.task)
-    hint = "; " + awaited_text(*focus.task) +
+  else if (focus.subject)
+    hint = "; " + awaited_text(*focus.subject) +
            " not arrived (every member must call the same collectives in the same order)";
   throw Timeout(describe(focus) + " timed out after " + std::to_string(ms) + " ms" + hint +
                 ". Raise InitOptions::timeout if the peer is just slow.");
@@ -120,38 +73,38 @@ std::string Engine::describe(const WaitFocus& focus) const {
 // Any peer that ended abnormally aborts the whole job (fail-fast, as mpirun and torchrun do),
 // whether the caller needs that peer or not. `what` names the caller's wait, for the text.
 template <class What>
-void Engine::fail_on_abnormal_end(What&& what) {
-  transport_->check_job();
+void Waiter::fail_on_abnormal_end(What&& what) {
+  peers_->check_job();
   for (int p : all_peers_) {
-    transport::PeerState st = transport_->peer_state(p);
+    transport::PeerState st = peers_->peer_state(p);
     if (st.status == transport::PeerStatus::Gone && !st.clean) {
-      transport_->report_failure(p);
-      transport_->check_job();
+      peers_->report_failure(p);
+      peers_->check_job();
       throw PeerFailure("peer failure: " + st.how + "; " + what() + " cannot complete");
     }
   }
 }
 
-void Engine::check_peers(const std::string& waiting_for) {
+void Waiter::check_peers(const std::string& waiting_for) {
   if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return waiting_for + " on rank " + std::to_string(rank()); });
 }
 
 // Throws when the awaited event can no longer happen.
-void Engine::check_failures(const WaitFocus& focus) {
+void Waiter::check_failures(const WaitFocus& focus) {
   if (health_hook_) health_hook_();
   fail_on_abnormal_end([&] { return describe(focus); });
   // A peer that finalized (or exited cleanly) sends nothing more: a receive that only it
   // could satisfy, with nothing of its left in the ring, can never complete.
   auto silent = [&](int p) {
-    const auto st = transport_->peer_state(p);
+    const auto st = peers_->peer_state(p);
     return st.status != transport::PeerStatus::Running && !transport_->inbound_in_progress(p) &&
            !transport_->inbound_pending(p);
   };
   const bool receiving =
       focus.op == kBlockedRecv || focus.op == kBlockedWait || focus.op == kBlockedBarrier;
   if (receiving && focus.peer >= 0 && focus.peer != rank() && silent(focus.peer)) {
-    transport_->note_failure_cause(focus.peer);
+    peers_->note_failure_cause(focus.peer);
     throw PeerFailure("rank " + std::to_string(focus.peer) +
                       " has finalized (destroy_process_group) or exited, and will send nothing "
                       "more; " + describe(focus) + " can never complete");
@@ -167,38 +120,38 @@ void Engine::check_failures(const WaitFocus& focus) {
       else if (lowest_silent < 0 || p < lowest_silent) lowest_silent = p;
     }
     if (!any_alive) {
-      if (lowest_silent >= 0) transport_->note_failure_cause(lowest_silent);
+      if (lowest_silent >= 0) peers_->note_failure_cause(lowest_silent);
       throw PeerFailure("every rank that could send has finalized or exited; " + describe(focus) +
                         " can never complete");
     }
   }
-  if (focus.task) {
+  if (focus.subject) {
     // The list of awaited peers is read before silent() reads their state, so a peer may
     // have done its part between the two (published its last round on the world lane, saw
-    // ours, returned and called destroy_process_group): ask the task again, AFTER the state
+    // ours, returned and called destroy_process_group): ask the subject again, AFTER the state
     // reads, and fail only for a silent peer it still waits for. Why that second look sees
     // the part a finalized peer did: its release store of its lane round flag
-    // (ShmLane::publish) is sequenced before its release store of Finalized (ShmTransport::
+    // (ShmLane::publish) is sequenced before its release store of Finalized (ShmPeers::
     // mark_finalized; from another thread of the peer, the engine lock orders the two). Our
     // acquire load of that state in silent() read Finalized, so it synchronizes with that
     // store; the flag store therefore happens before our second awaited_peers(), whose
     // acquire load of the flag (ShmLane::awaited) must return it or a later value
     // (write-read coherence). Ended is stored (release, record_rank_end) by whoever saw the
-    // rank end, after all its stores. A message the task waits for needs no second look:
+    // rank end, after all its stores. A message the call waits for needs no second look:
     // silent() reads the ring (a record's stamp, acquire) after the state, the same way.
     // Before, a barrier whose peer went through its last round and finalized between our
     // two reads failed with a false PeerFailure just before destroy.
     std::vector<int> awaited;
-    focus.task->awaited_peers(awaited);
+    focus.subject->awaited_peers(awaited);
     std::vector<int> gone;
     for (int p : awaited)
       if (p != rank() && silent(p)) gone.push_back(p);
     if (!gone.empty()) {
       std::vector<int> still;
-      focus.task->awaited_peers(still);
+      focus.subject->awaited_peers(still);
       for (int p : gone)
         if (std::find(still.begin(), still.end(), p) != still.end()) {
-          transport_->note_failure_cause(p);
+          peers_->note_failure_cause(p);
           throw PeerFailure("rank " + std::to_string(p) +
                             " has finalized (destroy_process_group) or exited without taking "
                             "part; " + describe(focus) + " can never complete");
@@ -206,9 +159,9 @@ void Engine::check_failures(const WaitFocus& focus) {
     }
   }
   if (focus.op == kBlockedSend && focus.peer >= 0) {
-    const auto st = transport_->peer_state(focus.peer);
+    const auto st = peers_->peer_state(focus.peer);
     if (st.status == transport::PeerStatus::Gone) {
-      transport_->note_failure_cause(focus.peer);
+      peers_->note_failure_cause(focus.peer);
       throw PeerFailure(st.how + " without receiving; " + describe(focus) + " cannot complete");
     }
   }
