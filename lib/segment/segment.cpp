@@ -169,11 +169,6 @@ RingControl& Segment::ring_control(int src, int dst) const {
   return reinterpret_cast<RingControl*>(static_cast<void*>(p))[geometry_.ring_index(src, dst)];
 }
 
-CollControl& Segment::coll_control(int rank) const {
-  auto* p = static_cast<std::byte*>(base_) + geometry_.coll_control_offset;
-  return reinterpret_cast<CollControl*>(static_cast<void*>(p))[rank];
-}
-
 std::byte* Segment::coll_slot(int rank, int parity) const {
   return static_cast<std::byte*>(base_) + geometry_.coll_slot(rank, parity);
 }
@@ -195,7 +190,7 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
   h->rank_control_offset = geometry_.rank_control_offset;
   h->ring_control_offset = geometry_.ring_control_offset;
   h->ring_data_offset = geometry_.ring_data_offset;
-  h->coll_control_offset = geometry_.coll_control_offset;
+  h->coll_slot_offset = geometry_.coll_slot_offset;
   h->coll_slot_size = geometry_.coll_slot_size;
   h->job_key = random_u64();
   h->creator_pid = getpid();
@@ -207,10 +202,8 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
   for (int s = 0; s < world_size; ++s)
     for (int d = 0; d < world_size; ++d)
       if (s != d) new (&ring_control(s, d)) RingControl{};
-  for (int r = 0; r < world_size; ++r) {
-    new (&coll_control(r)) CollControl{};
+  for (int r = 0; r < world_size; ++r)
     for (int parity = 0; parity < 2; ++parity) new (coll_slot(r, parity)) CollSlotHead{};
-  }
   // The magic number goes last, with release: a process that opens the segment by name
   // while we initialise it sees magic == 0 ("not ready yet") or a complete layout.
   std::atomic_ref<std::uint64_t>(h->magic).store(kMagic, std::memory_order_release);
@@ -340,7 +333,7 @@ Geometry Segment::validate(const void* base, std::size_t mapped_size, int expect
   const std::uint64_t ring = read(h.ring_size), total = read(h.total_size),
                       rank_ctl = read(h.rank_control_offset),
                       ring_ctl = read(h.ring_control_offset), data = read(h.ring_data_offset),
-                      coll_ctl = read(h.coll_control_offset), coll_slot = read(h.coll_slot_size);
+                      slots = read(h.coll_slot_offset), slot_size = read(h.coll_slot_size);
   if (magic != kMagic) fail("wrong magic number");
   if (version != kLayoutVersion)
     fail("layout version " + std::to_string(version) + ", expected " +
@@ -358,8 +351,8 @@ Geometry Segment::validate(const void* base, std::size_t mapped_size, int expect
     fail("ring size " + std::to_string(ring) + " is not a power of two in range");
   const Geometry g = Geometry::compute(world, ring);
   if (rank_ctl != g.rank_control_offset || ring_ctl != g.ring_control_offset ||
-      data != g.ring_data_offset || coll_ctl != g.coll_control_offset ||
-      coll_slot != g.coll_slot_size || total != g.total_size)
+      data != g.ring_data_offset || slots != g.coll_slot_offset ||
+      slot_size != g.coll_slot_size || total != g.total_size)
     fail("its offsets or total size disagree with its world and ring size");
   if (total != mapped_size)
     fail("the header says " + std::to_string(total) + " bytes but the object has " +

@@ -70,7 +70,6 @@ class Segment {
   RankControl& rank_control(int rank) const;
   RingControl& ring_control(int src, int dst) const;
   std::byte* ring_data(int src, int dst) const;
-  CollControl& coll_control(int rank) const;
   std::byte* coll_slot(int rank, int parity) const;  // its kCollSlotHeader, then the data
   const Geometry& geometry() const { return geometry_; }
   int world_size() const { return static_cast<int>(geometry_.world_size); }
