@@ -23,12 +23,14 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
+#include "base/byte_size.hpp"
+#include "base/config.hpp"
+#include "base/cpus.hpp"
+#include "base/duration.hpp"
+#include "base/env.hpp"
 #include "job/progress.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
-#include "pg/config.hpp"
-#include "pg/duration.hpp"
-#include "pg/env.hpp"
 #include "segment/segment.hpp"
 
 namespace {
@@ -56,8 +58,8 @@ Settings check_options(const Options& opt) {
   Settings s;
   s.ring_size = segment::default_ring_size(opt.nproc);
   if (!opt.ring_size.empty()) {
-    s.ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
-    segment::check_ring_size(s.ring_size, "--ring-size");
+    s.ring_size = env::parse_byte_size(opt.ring_size, "--ring-size");
+    config::check_ring_size(s.ring_size, "--ring-size");
   }
   job::SupervisorOptions& sup = s.supervisor;
   sup.tag_output = opt.tag_output;
@@ -119,7 +121,7 @@ std::vector<std::pair<std::string, std::string>> torch_rendezvous_env() {
 // core) and, with --tag-output, pipes for its output; hands each to the supervisor.
 void start_ranks(const Options& opt, const segment::Segment& seg, const std::string& name,
                  const std::string& job_key, job::JobSupervisor& supervisor) {
-  const std::vector<int> cpus = job::allowed_cpus();
+  const std::vector<int> cpus = cpus::allowed();
   const auto torch_env = torch_rendezvous_env();
   std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
   for (int r = 0; r < opt.nproc; ++r) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/cpus.hpp"
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
 #include "engine/block_until.hpp"
@@ -239,7 +240,7 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     // run, so a peer needs this CPU (even one asleep now: it is woken for this round), and
     // the engine's loop yields it at every idle turn (crowd), for its crowded spin time after
     // each round that moved (moves) before it sleeps.
-    const bool crowded = s.lane->world() > s.lane->cpus();
+    const bool crowded = cpus::oversubscribed(s.lane->world(), s.lane->cpus());
     if (!crowded && call.spin(kLanePolls)) return completed_collective();
     s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes,
                          {s.lane->world(), s.lane->round_counter()});

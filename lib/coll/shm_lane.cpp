@@ -3,17 +3,17 @@
 #include "coll/shm_lane.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include "wait/fence.hpp"
 
 namespace shmdist::coll {
 
-ShmLane::ShmLane(std::shared_ptr<segment::Segment> segment, int rank)
+ShmLane::ShmLane(std::shared_ptr<segment::Segment> segment, int rank, int cpus)
     : seg_(std::move(segment)),
       rank_(rank),
       world_(seg_->world_size()),
-      slot_size_(seg_->geometry().coll_slot_size) {
+      slot_size_(seg_->geometry().coll_slot_size),
+      cpus_(std::max(1, cpus)) {
   for (int r = 0; r < world_; ++r)
     for (int parity = 0; parity < 2; ++parity) slots_.push_back(seg_->coll_slot(r, parity));
   for (int r = 0; r < world_; ++r) {
@@ -21,7 +21,6 @@ ShmLane::ShmLane(std::shared_ptr<segment::Segment> segment, int rank)
     segment::RankControl& rc = seg_->rank_control(r);
     doorbells_.push_back({&rc.doorbell_seq, &rc.armed, &rc.heavy_fences});
   }
-  cpus_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   asymmetric_fences_ = wait::register_asymmetric_fences();
   // A rank joining a job starts where its own flags are (0 in a fresh segment). Relaxed: only
   // this rank ever stores them.

@@ -70,12 +70,13 @@ class ShmLane {
     return payload <= kInlineLimit ? kInlineAt : segment::kCollSlotHeader;
   }
 
-  ShmLane(std::shared_ptr<segment::Segment> segment, int rank);
+  // `cpus`: the job's CPU count (cpus::for_job), for the collectives' crowded test.
+  ShmLane(std::shared_ptr<segment::Segment> segment, int rank, int cpus);
 
   int world() const { return world_; }
   int rank() const { return rank_; }
   std::size_t slot_size() const { return slot_size_; }
-  int cpus() const { return cpus_; }  // online CPUs of the host (at least 1)
+  int cpus() const { return cpus_; }  // the CPUs the job's ranks share (at least 1)
 
   // World collectives use the lane one at a time, in call order.
   std::uint64_t take_ticket() { return ++issued_; }

@@ -1,5 +1,6 @@
 // The engine's point-to-point entry points and its send queues.
 
+#include "base/cpus.hpp"
 #include "engine/block_until.hpp"
 #include "engine/operation_pool.hpp"
 
@@ -248,7 +249,8 @@ int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   if (result != transport::DirectResult::Empty) [[likely]]
     return result == transport::DirectResult::Received ? from : -1;
   // Not there yet: spin for it, unless more ranks are awake than there are CPUs.
-  const bool crowded = world_ > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
+  const bool crowded =
+      cpus::oversubscribed(world_, spin_.cpus) && spin_.choose(transport_->awake_ranks()).yield;
   const unsigned tries = crowded ? 0 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
     wait::cpu_relax();

@@ -17,6 +17,7 @@
 
 #include <shmdist/launch.hpp>
 
+#include "base/config.hpp"
 #include "job/diagnosis.hpp"
 #include "job/progress.hpp"
 #include "job/spawn.hpp"
@@ -236,7 +237,7 @@ std::vector<RankOutcome> launch(int n, const std::function<void(ProcessGroup&)>&
     throw InvalidArgument("launch: expected 1 to " + std::to_string(segment::kMaxWorldSize) +
                           " ranks, got " + std::to_string(n));
   if (!fn) throw InvalidArgument("launch: the rank function is empty");
-  if (options.ring_size) segment::check_ring_size(options.ring_size, "LaunchOptions::ring_size");
+  if (options.ring_size) config::check_ring_size(options.ring_size, "LaunchOptions::ring_size");
   // As InitOptions::timeout is checked: a group timeout must be positive.
   if (options.timeout.count() <= 0)
     throw InvalidArgument("LaunchOptions::timeout must be positive, got " +

@@ -128,15 +128,4 @@ pid_t spawn_function(const SpawnSpec& spec, const std::function<int()>& body) {
   return pid;
 }
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
 }  // namespace shmdist::job

@@ -10,9 +10,9 @@
 
 #include <shmdist/process_group.hpp>
 
+#include "base/config.hpp"
 #include "coll/shm_lane.hpp"
 #include "engine/engine.hpp"
-#include "pg/config.hpp"
 #include "pg/group_info.hpp"
 #include "segment/segment.hpp"
 

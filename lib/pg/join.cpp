@@ -3,7 +3,7 @@
 
 #include <unistd.h>
 
-#include "pg/env.hpp"
+#include "base/env.hpp"
 #include "pg/impl.hpp"
 #include "pg/join_hosts.hpp"
 #include "pg/rendezvous.hpp"

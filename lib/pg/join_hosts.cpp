@@ -6,7 +6,7 @@
 #include <fstream>
 #include <set>
 
-#include "pg/env.hpp"
+#include "base/env.hpp"
 #include "pg/rendezvous.hpp"
 #include "transport/mpi_transport.hpp"
 #include "transport/routing_transport.hpp"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "pg/config.hpp"
+#include "base/config.hpp"
 
 #include "pg/impl.hpp"
 

@@ -4,8 +4,9 @@
 #include <iostream>
 #include <set>
 
+#include "base/cpus.hpp"
+#include "base/env.hpp"
 #include "engine/group_name.hpp"
-#include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
 #include "transport/shm_transport.hpp"
@@ -52,13 +53,14 @@ ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
       wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
   rank = transport->rank();
   world = transport->world_size();
-  const auto spin =
-      wait::SpinPolicy::for_job(config.spin_us, config.local_cpus, config.health_check);
+  // The job's CPU count, one answer for the engine's spin policy and the world lane.
+  const int cpus = cpus::for_job(config.local_cpus);
+  const auto spin = wait::SpinPolicy::for_job(config.spin_us, cpus, config.health_check);
   engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
   // The world group's collectives use the segment's lane only when the segment holds the
   // whole world (one host); a job across hosts runs them over point-to-point, whose
   // transports route each peer (same host: shared memory, other hosts: MPI).
-  if (segment->world_size() == world) world_lane = std::make_unique<coll::ShmLane>(segment, r);
+  if (segment->world_size() == world) world_lane = std::make_unique<coll::ShmLane>(segment, r, cpus);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);

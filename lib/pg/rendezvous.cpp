@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <thread>
 
-#include "pg/config.hpp"
-#include "pg/env.hpp"
+#include "base/config.hpp"
+#include "base/env.hpp"
+#include "base/process_alive.hpp"
 #include "pg/identity_claim.hpp"
-#include "pg/process_alive.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "segment/job_state.hpp"
 #include "segment/segment.hpp"

@@ -13,10 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "pg/config.hpp"
-#include "pg/env.hpp"
+#include "base/config.hpp"
+#include "base/env.hpp"
+#include "base/process_alive.hpp"
 #include "pg/impl.hpp"
-#include "pg/process_alive.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
 #include "pg/runtime_hooks.hpp"

@@ -14,8 +14,9 @@
 
 #include <shmdist/errors.hpp>
 
-namespace shmdist::segment {
+#include "base/config.hpp"
 
+namespace shmdist::segment {
 namespace {
 
 std::string mib(std::uint64_t bytes) {
@@ -80,37 +81,8 @@ std::string format_job_key(std::uint64_t job_key) {
   return text;
 }
 
-void check_ring_size(std::uint64_t ring_size, const std::string& what) {
-  const bool pow2 = ring_size != 0 && (ring_size & (ring_size - 1)) == 0;
-  if (!pow2 || ring_size < kMinRingSize || ring_size > kMaxRingSize)
-    throw SetupError(what + " = " + std::to_string(ring_size) +
-                     " bytes: expected a power of two from " + std::to_string(kMinRingSize) +
-                     " (4K) to " + std::to_string(kMaxRingSize) + " (1G), for example 64K or 1M");
-}
-
-std::uint64_t parse_byte_size(const std::string& text, const std::string& what) {
-  std::size_t i = 0;
-  std::uint64_t value = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (value > (std::uint64_t{1} << 50))
-      throw SetupError(what + " = '" + text + "' is too large");
-    value = value * 10 + std::uint64_t(text[i] - '0');
-    ++i;
-  }
-  std::string unit = text.substr(i);
-  std::uint64_t scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") scale = std::uint64_t{1} << 10;
-  else if (unit == "M" || unit == "MiB") scale = std::uint64_t{1} << 20;
-  else if (unit == "G" || unit == "GiB") scale = std::uint64_t{1} << 30;
-  if (i == 0 || scale == 0)
-    throw SetupError(what + " = '" + text +
-                     "' is not a byte size: expected a number with an optional K, M or G "
-                     "suffix (powers of 1024), for example 65536, 64K or 1M");
-  if (value > UINT64_MAX / scale)
-    throw SetupError(what + " = '" + text + "' is too large: a ring holds at most 1G");
-  return value * scale;
-}
+// The ring sizes a job accepts (base/config.hpp) are ones the layout can hold.
+static_assert(config::kMinRingSize == kMinRingSize && config::kMaxRingSize == kMaxRingSize);
 
 Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
 
@@ -189,7 +161,7 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
 
 Segment Segment::create_on_fd(int fd, int world_size, std::uint64_t ring_size) {
   check_world_size(world_size);
-  check_ring_size(ring_size, "ring size");
+  config::check_ring_size(ring_size, "ring size");
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   check_room(seg.geometry_.total_size);
@@ -225,7 +197,7 @@ void Segment::size_map_and_init(int world_size, std::uint64_t ring_size) {
 
 Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
   check_world_size(world_size);
-  check_ring_size(ring_size, "ring size");
+  config::check_ring_size(ring_size, "ring size");
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   seg.size_ = seg.geometry_.total_size;

@@ -17,15 +17,11 @@ namespace shmdist::segment {
 // world*(world-1) rings within 256 MiB, but at least 64 KiB (64 ranks: 64 KiB rings, 252 MiB).
 std::uint64_t default_ring_size(int world_size);
 
-// Parses a byte size such as "65536", "64K", "64KiB", "1M", "1MiB". Throws SetupError naming
-// `what` (for example "--ring-size" or "SHMDIST_RING_SIZE").
-std::uint64_t parse_byte_size(const std::string& text, const std::string& what);
-
 // A job key as launchers pass it to ranks (SHMDIST_JOB_KEY): 16 lower-case hex digits.
 std::string format_job_key(std::uint64_t job_key);
 
-// Throws SetupError unless `ring_size` is a power of two within [kMinRingSize, kMaxRingSize].
-void check_ring_size(std::uint64_t ring_size, const std::string& what);
+// The ring sizes a job accepts, and parsing them from text: base/config.hpp
+// (config::check_ring_size), base/byte_size.hpp.
 
 class Segment {
  public:

@@ -10,8 +10,8 @@
 
 #include <shmdist/errors.hpp>
 
+#include "base/duration.hpp"
 #include "job/diagnosis.hpp"
-#include "pg/duration.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
 #include "segment/job_state.hpp"

@@ -1,4 +1,4 @@
-#include "pg/env.hpp"
+#include "base/env.hpp"
 
 #include <cerrno>
 #include <cstdlib>

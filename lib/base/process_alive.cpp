@@ -1,4 +1,4 @@
-#include "pg/process_alive.hpp"
+#include "base/process_alive.hpp"
 
 #include <signal.h>
 

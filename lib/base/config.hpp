@@ -4,7 +4,11 @@
 // row in config.cpp's table (name, accepted values, default, meaning, how to parse it). The
 // table of variables in docs/launcher.md must list it too: tests/config fails until it does.
 // Variables of other launchers (RANK, WORLD_SIZE, MASTER_ADDR, OMPI_*, PMI_*) are not ours:
-// pg/join.cpp reads those (through pg/env.hpp).
+// pg/join.cpp reads those (through base/env.hpp).
+//
+// This is the base layer (lib/base/): it uses nothing else of lib/, and every layer may use
+// it. A setting's rule (what values it accepts, its default) lives here; the layer that acts
+// on the setting uses the rule (segment/ checks ring sizes with check_ring_size).
 #pragma once
 
 #include <chrono>
@@ -15,12 +19,23 @@
 #include <string>
 #include <string_view>
 
-#include "wait/spin.hpp"
 #include <initializer_list>
 
 namespace shmdist::config {
 
-using wait::kDefaultHealthCheck;
+// How often a blocked call looks at its peers' health, the job state and its deadline, and
+// how often a rank without a supervising launcher polls its peers' processes, unless
+// SHMDIST_HEALTH_CHECK_MS says otherwise (wait::SpinPolicy's default).
+inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+
+// Ring sizes a job accepts (SHMDIST_RING_SIZE, shmrun --ring-size, LaunchOptions::ring_size):
+// a power of two from 4 KiB to 1 GiB. segment/layout.hpp lays rings out within these bounds
+// (segment.cpp checks at compile time that the two agree).
+inline constexpr std::uint64_t kMinRingSize = 4096;
+inline constexpr std::uint64_t kMaxRingSize = std::uint64_t{1} << 30;
+// Throws SetupError naming `what` (for example "--ring-size") unless `ring_size` is a power
+// of two within [kMinRingSize, kMaxRingSize].
+void check_ring_size(std::uint64_t ring_size, const std::string& what);
 
 // SHMDIST_SINGLE_COPY=auto: between threads of one process (a memcpy), messages from this size
 // on are read by the receiver straight from the sender's memory (transport/single_copy.hpp);

@@ -1,13 +1,13 @@
-#include "pg/config.hpp"
+#include "base/config.hpp"
 
 #include <array>
 #include <cstdlib>
 
 #include <shmdist/errors.hpp>
 
-#include "pg/duration.hpp"
-#include "pg/env.hpp"
-#include "segment/segment.hpp"
+#include "base/byte_size.hpp"
+#include "base/duration.hpp"
+#include "base/env.hpp"
 
 namespace shmdist::config {
 namespace {
@@ -41,8 +41,8 @@ const std::array kVariables = {
               "starts; `shmrun --ring-size` takes precedence, `launch()` takes "
               "`LaunchOptions::ring_size`"},
              [](Config& c, const char* name, const std::string& text) {
-               const std::uint64_t size = segment::parse_byte_size(text, name);
-               segment::check_ring_size(size, name);
+               const std::uint64_t size = env::parse_byte_size(text, name);
+               check_ring_size(size, name);
                c.ring_size = size;
              }},
     Variable{{"SHMDIST_SPIN_US", "0 to 1000000", "50 (1000, yielding, when more ranks are awake than there are CPUs)",
@@ -54,7 +54,9 @@ const std::array kVariables = {
              }},
     Variable{{"SHMDIST_LOCAL_CPUS", "1 to 65536",
               "the CPUs this process may run on (all online CPUs if it is pinned to one)",
-              "how many CPUs the job's ranks share, for the spin policy"},
+              "how many CPUs the job's ranks share: with more ranks awake than that (for a world "
+              "collective, more ranks in the job), a waiting rank yields its CPU instead of "
+              "spinning"},
              [](Config& c, const char* name, const std::string& text) {
                c.local_cpus = static_cast<int>(env::parse_int(
                    name, text, 1, 1 << 16, "It is how many CPUs the job's ranks share."));
@@ -100,7 +102,7 @@ const std::array kVariables = {
                  c.single_copy = 0;
                  return;
                }
-               const std::uint64_t size = segment::parse_byte_size(text, name);
+               const std::uint64_t size = env::parse_byte_size(text, name);
                if (size < 4096 || size > (std::uint64_t{1} << 30))
                  throw SetupError("environment variable " + std::string(name) + "='" + text +
                                   "' is out of range: expected auto, off, or a byte size from "
@@ -148,6 +150,14 @@ const std::array<VariableInfo, kVariables.size()> kInfos = [] {
 }  // namespace
 
 std::span<const VariableInfo> variables() { return kInfos; }
+
+void check_ring_size(std::uint64_t ring_size, const std::string& what) {
+  const bool pow2 = ring_size != 0 && (ring_size & (ring_size - 1)) == 0;
+  if (!pow2 || ring_size < kMinRingSize || ring_size > kMaxRingSize)
+    throw SetupError(what + " = " + std::to_string(ring_size) +
+                     " bytes: expected a power of two from " + std::to_string(kMinRingSize) +
+                     " (4K) to " + std::to_string(kMaxRingSize) + " (1G), for example 64K or 1M");
+}
 
 Config read(const std::function<std::optional<std::string>(const char*)>& lookup) {
   Config config;

@@ -1,4 +1,4 @@
-#include "pg/duration.hpp"
+#include "base/duration.hpp"
 
 #include <cmath>
 #include <cstdlib>
