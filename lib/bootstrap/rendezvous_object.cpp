@@ -1,4 +1,4 @@
-#include "pg/rendezvous_object.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 
 #include <sys/file.h>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
-// The named objects of a rendezvous (pg/rendezvous.cpp, pg/store_join.cpp). The segment the
-// ranks meet on is a segment::NamedObject (segment/named_object.hpp, the one named-object
-// path: exclusive creation under a creation lock, the ownership check, the one path that
-// removes a name), named here as the join code always named it; this file adds the mark a
-// contest over a job identity leaves, a small object made through the same path.
+// The named objects of a rendezvous (rendezvous.cpp, store_join.cpp). The segment the ranks
+// meet on is a segment::NamedObject (segment/named_object.hpp, the one named-object path:
+// exclusive creation under a creation lock, the ownership check, the one path that removes
+// a name), named here as the join code always named it; this file adds the mark a contest
+// over a job identity leaves, a small object made through the same path.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ using segment::remove_name_of;
 using segment::shm_object_name;
 using segment::still_named;
 
-// The mark a contest over a job identity leaves (pg/identity_claim.hpp): "<name>-contested",
+// The mark a contest over a job identity leaves (bootstrap/identity_claim.hpp): "<name>-contested",
 // a tiny object holding the time of the last contest (CLOCK_BOOTTIME, ns: the clock process
 // start times count on). A rank waiting for its rank 0 that sees a contest marked after its
 // process started, and within the rendezvous timeout, knows that a second job has its

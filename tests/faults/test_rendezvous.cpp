@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
-#include "pg/identity_claim.hpp"
-#include "pg/rendezvous.hpp"
-#include "pg/rendezvous_object.hpp"
+#include "bootstrap/identity_claim.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "support/shm_check.hpp"

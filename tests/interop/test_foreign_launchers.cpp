@@ -6,7 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "pg/rendezvous.hpp"
+#include "bootstrap/rendezvous.hpp"
 #include "segment/named_object.hpp"
 #include "segment/segment.hpp"
 #include "support/process.hpp"
