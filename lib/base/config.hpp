@@ -4,7 +4,7 @@
 // row in config.cpp's table (name, accepted values, default, meaning, how to parse it). The
 // table of variables in docs/launcher.md must list it too: tests/config fails until it does.
 // Variables of other launchers (RANK, WORLD_SIZE, MASTER_ADDR, OMPI_*, PMI_*) are not ours:
-// pg/join.cpp reads those (through base/env.hpp).
+// bootstrap/join.cpp reads those (through base/env.hpp).
 //
 // This is the base layer (lib/base/): it uses nothing else of lib/, and every layer may use
 // it. A setting's rule (what values it accepts, its default) lives here; the layer that acts
@@ -58,7 +58,7 @@ struct Config {
   // SHMDIST_SINGLE_COPY: the smallest message sent by single copy (0 = off; unset = auto).
   std::optional<std::uint64_t> single_copy;
   // SHMDIST_HOST_ID: this rank's host identity (ranks with equal ids share a segment); under
-  // mpirun, setting it also takes the multi-host path (pg/join_hosts.hpp).
+  // mpirun, setting it also takes the multi-host path (bootstrap/join_hosts.hpp).
   std::optional<std::string> host_id;
   // SHMDIST_SHM_TAG: put into the names this process gives objects in /dev/shm
   // ("shmdist-<uid>-<tag>-..."), so that whoever set it can tell them from everyone else's

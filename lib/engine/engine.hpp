@@ -131,7 +131,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // Runs at every health check (a blocked call's, check_peers'): for a layer above that keeps
   // something needing a periodic look (the identity claim's listen queues,
-  // pg/identity_claim.hpp). Set once, before the engine is shared; must be cheap and must
+  // bootstrap/identity_claim.hpp). Set once, before the engine is shared; must be cheap and must
   // not throw.
   void set_health_hook(std::function<void()> hook) { waiter_.set_health_hook(std::move(hook)); }
 

@@ -51,9 +51,8 @@ std::string run_rank(const std::shared_ptr<segment::Segment>& seg, int rank,
                      const config::Config& config) {
   std::optional<ProcessGroup> pg;
   try {
-    pg.emplace(detail::ProcessGroupAccess::make(
-        std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
-                                             /*supervised=*/true)));
+    pg.emplace(detail::ProcessGroupAccess::make(std::make_shared<ProcessGroup::Impl>(
+        detail::attach_world(seg, rank, options.timeout, config, /*supervised=*/true))));
     detail::set_thread_default(&*pg);
     fn(*pg);
     if (pg->is_initialized()) pg->destroy();

@@ -11,21 +11,19 @@
 
 #include <shmdist/process_group.hpp>
 
+#include "bootstrap/store_join.hpp"
+
 namespace shmdist::detail {
 
-// A key-value store shared by the ranks of one job (torch's c10d::Store): `set` publishes a
-// value, `get` blocks until the key exists (and throws after the store's own timeout).
-struct KeyValueStore {
-  std::function<void(const std::string& key, const std::string& value)> set;
-  std::function<std::string(const std::string& key)> get;
-};
+// KeyValueStore, the key-value store a runtime joins through: bootstrap/store_join.hpp.
 
 // Joins rank `rank` of a job of `world` ranks. In a process started by shmrun (or launch())
 // whose launcher segment has not been used yet, on that segment; otherwise rank 0 creates a
 // fresh segment under an unguessable name and announces it, with its job key and creator
 // pid, through `store`, and the others attach to it. A segment announced by an earlier job
 // (its creator gone, its name gone, another job key) is never joined. The name is removed
-// from /dev/shm once every rank has attached (or when the join fails).
+// from /dev/shm once every rank has attached (or when the join fails). The join is
+// bootstrap's (join_world_through_store); this builds the group on it.
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store);
 

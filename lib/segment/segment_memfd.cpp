@@ -1,7 +1,8 @@
 // Segment::create_memfd: shmrun's segment, a memfd with no name anywhere. A signal or SIGKILL
 // at any moment of start-up (even during the preallocation of a large segment) can leave
 // nothing behind in /dev/shm; the ranks get the descriptor (SHMDIST_SEGMENT_FD) and the
-// memory goes when the last mapping and descriptor do.
+// memory goes when the last mapping and descriptor do. (Not Boost.Interprocess: every object
+// it makes has a name; named objects are segment/named_object.hpp's.)
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 // Everything the engine needs from the layers below to reach its peers: the Transport (bytes,
 // the fast path), the Waker (sleeping) and the Peers (health, hang state). Built by whoever
-// picks the transports (pg/: make_shm_link, or make_routing_link across hosts) and handed to
+// picks the transports (bootstrap/: make_shm_link, or make_routing_link across hosts) and handed to
 // the engine, which owns it.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Joining a job whose ranks were started by another launcher (torchrun, mpirun, PMI): the
 // ranks meet on a shared segment named from the job's identity and the user id. Rank 0 claims
-// the identity (pg/identity_claim.hpp) and creates the segment, replacing whatever an earlier
+// the identity (identity_claim.hpp) and creates the segment, replacing whatever an earlier
 // job of that identity left; the others attach to the segment of the claim's holder only; all
 // wait for the full set; the name is removed as soon as every rank has attached. When two
 // jobs are started with one identity, the second rank 0 to claim it fails, and a job still
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "pg/impl.hpp"
+#include "bootstrap/world.hpp"
 
 namespace shmdist::detail {
 
@@ -35,11 +35,9 @@ std::string rendezvous_name(const std::string& job_id, int world_size);
 int dead_participant(const segment::Segment& seg, int self, int& pid);
 
 // `global_of` (a job across hosts: the global rank of each local rank) names ranks in texts.
-std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
-                                                       const std::string& job_id,
-                                                       const InitOptions& options,
-                                                       const config::Config& config,
-                                                       const TransportWrap& wrap = {},
-                                                       const std::vector<int>& global_of = {});
+JoinedWorld join_by_rendezvous(int rank, int world_size, const std::string& job_id,
+                               const InitOptions& options, const config::Config& config,
+                               const TransportWrap& wrap = {},
+                               const std::vector<int>& global_of = {});
 
 }  // namespace shmdist::detail

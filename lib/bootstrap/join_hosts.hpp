@@ -7,8 +7,7 @@
 #include <string>
 
 #include "base/config.hpp"
-
-#include "pg/impl.hpp"
+#include "bootstrap/world.hpp"
 
 namespace shmdist::detail {
 
@@ -21,8 +20,7 @@ std::string host_identity(const config::Config& config);
 // Only then is MPI initialised; a job on one host uses shared memory only.
 bool mpi_job_spans_hosts(int world, const config::Config& config);
 
-std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
-                                                      const InitOptions& options,
-                                                      const config::Config& config);
+JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
+                              const config::Config& config);
 
 }  // namespace shmdist::detail

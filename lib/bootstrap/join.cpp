@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include "base/env.hpp"
-#include "pg/impl.hpp"
-#include "pg/join_hosts.hpp"
-#include "pg/rendezvous.hpp"
+#include "bootstrap/join_hosts.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/world.hpp"
 #include "segment/layout.hpp"
 
 namespace shmdist::detail {
@@ -49,8 +49,7 @@ RankAndWorld rank_and_world(const InitOptions& options, const char* rank_var,
 // previous group: destroy waits for them). As torch's re-initialization through its store
 // does, and as under torchrun: the launcher still reaps the ranks and ends the job when one
 // fails, and the ranks watch each other's processes themselves.
-std::shared_ptr<ProcessGroup::Impl> rejoin_shmrun(const InitOptions& options,
-                                                  const config::Config& config, int join) {
+JoinedWorld rejoin_shmrun(const InitOptions& options, const config::Config& config, int join) {
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
   if (!config.job_key)
     throw SetupError("rank " + std::to_string(rw.rank) + ": init_process_group after "
@@ -61,15 +60,14 @@ std::shared_ptr<ProcessGroup::Impl> rejoin_shmrun(const InitOptions& options,
                             options, config);
 }
 
-std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
-                                                const config::Config& config, int fd) {
+JoinedWorld join_shmrun(const InitOptions& options, const config::Config& config, int fd) {
   // The descriptor is used by the first join only (then closed); later joins of this
   // process, after destroy_process_group, meet elsewhere.
   static int joins = 0;
   if (joins > 0) {
-    auto impl = rejoin_shmrun(options, config, joins);
+    JoinedWorld joined = rejoin_shmrun(options, config, joins);
     ++joins;
-    return impl;
+    return joined;
   }
   const RankAndWorld rw = rank_and_world(options, "RANK", "WORLD_SIZE");
   std::shared_ptr<segment::Segment> seg;
@@ -91,15 +89,15 @@ std::shared_ptr<ProcessGroup::Impl> join_shmrun(const InitOptions& options,
     throw SetupError("rank " + std::to_string(rw.rank) + " of this job already joined (pid " +
                      std::to_string(rc.pid.load()) +
                      "); each rank may call init_process_group once per job");
-  auto impl = std::make_shared<ProcessGroup::Impl>(std::move(seg), rw.rank, options.timeout,
-                                                   config, /*supervised=*/true);
+  JoinedWorld joined =
+      attach_world(std::move(seg), rw.rank, options.timeout, config, /*supervised=*/true);
   joins = 1;
-  return impl;
+  return joined;
 }
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup::Impl> join_from_environment(const InitOptions& options) {
+JoinedWorld join_from_environment(const InitOptions& options) {
   if (options.init_method != "env://")
     throw InvalidArgument("init_method '" + options.init_method +
                           "' is not supported: shmdist joins jobs through 'env://' only");

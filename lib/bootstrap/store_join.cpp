@@ -1,8 +1,10 @@
 // Joining a job through a key-value store (torch's c10d::Store, for the torch.distributed
 // backend): rank 0 creates a fresh segment under an unguessable name and announces it; the
 // others attach to what was announced, after checking that it is this job's segment. The
-// named objects go through pg/rendezvous_object (creation lock, ownership check, the one
-// path that removes a name).
+// named objects go through the one named-object path (segment/named_object.hpp: creation
+// lock, ownership check, the one way a name is removed).
+
+#include "bootstrap/store_join.hpp"
 
 #include <sys/random.h>
 #include <unistd.h>
@@ -16,10 +18,8 @@
 #include "base/config.hpp"
 #include "base/env.hpp"
 #include "base/process_alive.hpp"
-#include "pg/impl.hpp"
-#include "pg/rendezvous.hpp"
-#include "pg/rendezvous_object.hpp"
-#include "pg/runtime_hooks.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 #include "segment/job_state.hpp"
 
 namespace shmdist::detail {
@@ -148,8 +148,8 @@ bool g_launcher_segment_used = false;
 
 }  // namespace
 
-ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                const KeyValueStore& store) {
+JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseconds timeout,
+                                     const KeyValueStore& store) {
   if (world < 1 || world > segment::kMaxWorldSize || rank < 0 || rank >= world)
     throw InvalidArgument("join_through_store: rank " + std::to_string(rank) + " of " +
                           std::to_string(world) + " ranks: expected 0 <= rank < world <= " +
@@ -166,7 +166,7 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
     options.rank = rank;
     options.world_size = world;
     options.timeout = timeout;
-    return ProcessGroup(options);
+    return join_from_environment(options);
   }
   const auto deadline = Clock::now() + timeout;
   std::string name;
@@ -193,43 +193,10 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
                   .text());
   else
     obj = attach_announced(rank, world, store, deadline, name);
-  auto impl = std::make_shared<ProcessGroup::Impl>(obj.segment, rank, timeout, config,
-                                                   /*supervised=*/false);
+  JoinedWorld joined = attach_world(obj.segment, rank, timeout, config, /*supervised=*/false);
   await_all_attached(*obj.segment, rank, world, timeout, deadline);
   obj.segment->close_fd();
-  return ProcessGroupAccess::make(std::move(impl));
-}
-
-void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {
-  engine::Engine& engine = *ProcessGroupAccess::impl(pg).engine;
-  const auto entry = engine.enter("check_peers");
-  engine.check_peers(waiting_for);
-}
-
-Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id) {
-  ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
-  if (id < kFirstRuntimeGroupId)
-    throw InvalidArgument("group_with_id: id " + std::to_string(id) + " is below " +
-                          std::to_string(kFirstRuntimeGroupId) +
-                          ", where new_group numbers its groups; choose an id from there up");
-  if (members.empty())
-    throw InvalidArgument("group_with_id: expected at least one member, got none");
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    if (members[i] < 0 || members[i] >= s.world)
-      throw InvalidArgument("group_with_id: rank " + std::to_string(members[i]) +
-                            " is outside the world [0, " + std::to_string(s.world) + ")");
-    if (i > 0 && members[i] <= members[i - 1])
-      throw InvalidArgument("group_with_id: expected sorted, unique global ranks, found " +
-                            std::to_string(members[i - 1]) + " before " +
-                            std::to_string(members[i]));
-  }
-  auto info = std::make_shared<GroupInfo>();
-  info->owner = &s;
-  info->id = id;
-  info->members = std::move(members);
-  info->sig = members_signature(info->members);
-  info->my_rank = info->group_rank_of(s.rank);
-  return ProcessGroupAccess::make_group(std::move(info));
+  return joined;
 }
 
 }  // namespace shmdist::detail

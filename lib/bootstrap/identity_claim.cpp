@@ -1,4 +1,4 @@
-#include "pg/identity_claim.hpp"
+#include "bootstrap/identity_claim.hpp"
 
 #include <pthread.h>
 #include <sys/socket.h>

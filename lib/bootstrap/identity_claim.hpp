@@ -1,4 +1,4 @@
-// The claim on a job identity (pg/rendezvous.cpp): ranks started without shmrun meet on a
+// The claim on a job identity (bootstrap/rendezvous.cpp): ranks started without shmrun meet on a
 // segment named after their job's identity (MASTER_ADDR:MASTER_PORT and WORLD_SIZE, an MPI
 // job id), and nothing else tells two jobs started with the same identity apart. So the
 // job's rank 0 claims the identity before it creates the segment, as torch's TCPStore

@@ -1,4 +1,4 @@
-#include "pg/join_hosts.hpp"
+#include "bootstrap/join_hosts.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "base/env.hpp"
-#include "pg/rendezvous.hpp"
+#include "bootstrap/rendezvous.hpp"
 #include "transport/mpi_transport.hpp"
 #include "transport/routing_transport.hpp"
 #include "transport/shm_transport.hpp"
@@ -39,9 +39,8 @@ std::string host_name() {
 }
 }  // namespace
 
-std::shared_ptr<ProcessGroup::Impl> join_across_hosts(int rank, int world,
-                                                      const InitOptions& options,
-                                                      const config::Config& config) {
+JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
+                              const config::Config& config) {
   auto session = transport::MpiSession::start();
   if (session->size() != world || session->rank() != rank)
     throw SetupError("MPI says this is rank " + std::to_string(session->rank()) + " of " +

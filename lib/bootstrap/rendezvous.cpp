@@ -1,4 +1,4 @@
-#include "pg/rendezvous.hpp"
+#include "bootstrap/rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 #include "base/config.hpp"
 #include "base/env.hpp"
 #include "base/process_alive.hpp"
-#include "pg/identity_claim.hpp"
-#include "pg/rendezvous_object.hpp"
+#include "bootstrap/identity_claim.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 #include "segment/job_state.hpp"
 #include "segment/segment.hpp"
 
@@ -197,12 +197,9 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
   return -2;
 }
 
-std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
-                                                       const std::string& job_id,
-                                                       const InitOptions& options,
-                                                       const config::Config& config,
-                                                       const TransportWrap& wrap,
-                                                       const std::vector<int>& global_of) {
+JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
+                               const InitOptions& options, const config::Config& config,
+                               const TransportWrap& wrap, const std::vector<int>& global_of) {
   const std::string name = rendezvous_name(job_id, world, config.shm_tag);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
@@ -240,10 +237,9 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
   }
   auto seg = obj.segment;
   if (!global_of.empty()) seg->name_ranks(global_of);
-  std::shared_ptr<ProcessGroup::Impl> impl;
+  JoinedWorld joined;
   try {
-    impl = std::make_shared<ProcessGroup::Impl>(seg, rank, options.timeout, config,
-                                                /*supervised=*/false, wrap);
+    joined = attach_world(seg, rank, options.timeout, config, /*supervised=*/false, wrap);
   } catch (const SetupError&) {
     // Another process took our slot between join_claimed's look and our claim of it: two
     // processes are this rank of this identity (see join_claimed).
@@ -258,7 +254,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     }
     throw;
   }
-  if (claim) impl->after_destroy = [claim] { claim->release(); };
+  if (claim) joined.after_destroy = [claim] { claim->release(); };
   // Wait for the full set, watching those who joined: a rank that dies now fails the job
   // at once (no launcher would tell us). The name goes as soon as everyone has attached,
   // or as soon as the job cannot start any more.
@@ -325,11 +321,11 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     claim->mark_started();  // before the name goes: a rank arriving later fails at once
     clear_contested(name, began_ns);  // a contest before our claim concerns no one now
     // Later ranks' probes would otherwise fill the claim's listen queues for good.
-    impl->engine->set_health_hook([claim] { claim->drain(); });
+    joined.health_hook = [claim] { claim->drain(); };
   }
   remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();
-  return impl;
+  return joined;
 }
 
 }  // namespace shmdist::detail
