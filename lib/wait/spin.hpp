@@ -48,8 +48,8 @@ struct SpinPolicy {
     bool yield;
   };
   Choice choose(int awake_ranks) const {
-    return cpus::oversubscribed(awake_ranks, cpus) ? Choice{spin_crowded, true}
-                                                   : Choice{spin_alone, false};
+    return shmdist::cpus::oversubscribed(awake_ranks, cpus) ? Choice{spin_crowded, true}
+                                                            : Choice{spin_alone, false};
   }
 
   // `spin_us` (SHMDIST_SPIN_US) replaces both spin times; `cpus` is the job's CPU count
