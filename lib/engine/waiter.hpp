@@ -9,9 +9,10 @@
 // last thing that moved (progress, or the caller's own call: until() returning Look::Moved);
 // with more ranks awake than CPUs (or as the caller's spin choice says: a call every one of
 // whose ranks must run) it yields the CPU at every turn that found nothing (and spins longer:
-// a yield costs the others nothing). Phase 2 publishes what the call is blocked on (hang reports), arms
-// the doorbell, re-checks with a full scan and sleeps; it wakes when a peer rings, or every
-// health-check interval (100 ms) to look at peers' health, the job state and the deadline.
+// a yield costs the others nothing). Phase 2 publishes what the call is blocked on (hang
+// reports), arms the doorbell, re-checks with a full scan and sleeps; it wakes when a peer
+// rings, or every health-check interval (100 ms) to look at peers' health, the job state and
+// the deadline.
 // Data never waits for that interval: it always comes with a wake-up (wait/doorbell.hpp),
 // which the lost-wake-up stress test checks by making the interval an hour.
 //
@@ -39,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/background.hpp"

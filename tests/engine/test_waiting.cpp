@@ -99,7 +99,8 @@ BOOST_AUTO_TEST_CASE(a_call_that_does_not_move_sleeps_after_its_spin_time) {
   WaitRig rig(spin);
   const auto until = std::chrono::steady_clock::now() + 50ms;
   const Named what;
-  rig.engine->wait_until([&] { return std::chrono::steady_clock::now() >= until; }, collective(what));
+  rig.engine->wait_until([&] { return std::chrono::steady_clock::now() >= until; },
+                         collective(what));
   BOOST_TEST(rig.wire->sleeps > 0);
   WaitRig idle(spin);
   const auto until_idle = std::chrono::steady_clock::now() + 50ms;
