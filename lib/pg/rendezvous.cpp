@@ -132,8 +132,14 @@ NamedObject create_claimed(const std::string& name, int world, std::uint64_t rin
 // claim, and returns it with its object held open. `who` names this rank in texts.
 NamedObject join_claimed(const std::string& name, int rank, const std::string& who, int world,
                          const std::string& job_id, Clock::time_point deadline,
-                         std::int64_t began_ns, std::chrono::milliseconds timeout) {
+                         std::int64_t began_ns, std::chrono::milliseconds timeout,
+                         const std::function<void()>& check) {
+  auto next_check = Clock::now();
   for (;;) {
+    if (check && Clock::now() >= next_check) {
+      check();
+      next_check = Clock::now() + std::chrono::milliseconds(50);
+    }
     // Refuses (throws) another user's object and another shmdist version's segment.
     NamedObject obj = open_named_object(name, world, kRemedy);
     const ClaimHolder holder = claim_holder(name, job_id);
@@ -202,7 +208,8 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
                                                        const InitOptions& options,
                                                        const config::Config& config,
                                                        const TransportWrap& wrap,
-                                                       const std::vector<int>& global_of) {
+                                                       const std::vector<int>& global_of,
+                                                       const std::function<void()>& check) {
   const std::string name = rendezvous_name(job_id, world, config.shm_tag);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
@@ -236,7 +243,7 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     obj = create_claimed(name, world, ring_size, job_id, deadline);
   } else {
     obj = join_claimed(name, rank, rank_text(rank), world, job_id, deadline, began_ns,
-                       options.timeout);
+                       options.timeout, check);
   }
   auto seg = obj.segment;
   if (!global_of.empty()) seg->name_ranks(global_of);
@@ -296,6 +303,14 @@ std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world,
     check_collision(/*look_at_mark=*/now >= next_check);
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
+      if (check) {
+        try {
+          check();
+        } catch (...) {
+          remove_name_of(obj.fd, name);
+          throw;
+        }
+      }
       int pid = 0;
       const int dead = dead_participant(*seg, rank, pid);
       // A rank that ended once everyone had joined is the transport's business, not ours.

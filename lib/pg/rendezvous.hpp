@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,11 +36,14 @@ std::string rendezvous_name(const std::string& job_id, int world_size);
 int dead_participant(const segment::Segment& seg, int self, int& pid);
 
 // `global_of` (a job across hosts: the global rank of each local rank) names ranks in texts.
+// `check`, if given, is called every 50 ms while this rank waits for the others and may
+// throw to give up (launch(): a rank that will never come).
 std::shared_ptr<ProcessGroup::Impl> join_by_rendezvous(int rank, int world_size,
                                                        const std::string& job_id,
                                                        const InitOptions& options,
                                                        const config::Config& config,
                                                        const TransportWrap& wrap = {},
-                                                       const std::vector<int>& global_of = {});
+                                                       const std::vector<int>& global_of = {},
+                                                       const std::function<void()>& check = {});
 
 }  // namespace shmdist::detail
