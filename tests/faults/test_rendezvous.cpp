@@ -503,6 +503,34 @@ BOOST_AUTO_TEST_CASE(two_jobs_started_at_once_with_one_identity) {
   }
 }
 
+// Two 2-rank jobs with the same MASTER_ADDR/MASTER_PORT/WORLD_SIZE, started at the same moment,
+// whose launcher gave each run its own TORCHELASTIC_RUN_ID (as torchrun does): the run id is
+// part of the identity, so both jobs run, each with its own ranks, 10 times over. (Before,
+// they shared the identity: one job failed, or they mixed and summed 1001.)
+BOOST_AUTO_TEST_CASE(two_runs_with_their_own_run_id_never_mix) {
+  for (int trial = 0; trial < 10; ++trial) {
+    BOOST_TEST_CONTEXT("trial " << trial) {
+      const int port = rendezvous_port(200 + trial);
+      const std::string go = std::filesystem::temp_directory_path() /
+                             ("shmdist-go-" + std::to_string(getpid()));
+      std::vector<std::unique_ptr<LiveCommand>> procs;
+      for (int i = 0; i < 4; ++i)
+        procs.push_back(start_sum(i / 2, 2, port, i % 2 ? "1000" : "1",
+                                  {{"FAULT_RANK_START", go},
+                                   {"TORCHELASTIC_RUN_ID", i % 2 ? "run-b" : "run-a"}}));
+      std::ofstream(go).put('x');
+      for (int i = 0; i < 4; ++i) {
+        const CommandResult r = procs[i]->finish(60s);
+        BOOST_TEST_INFO(r.out << r.err);
+        BOOST_TEST(r.exit_code == 0);
+        BOOST_TEST(sums(r) == (i % 2 ? "2000" : "2"));
+      }
+      std::filesystem::remove(go);
+      shm_unlink((object_name(port, 2) + "-contested").c_str());  // none is expected
+    }
+  }
+}
+
 // A process forked by rank 0 (a DataLoader worker) does not keep the job identity: once
 // rank 0 destroyed its group, a new job with the same identity forms while the child still
 // lives. (The child kept the claim's sockets: rank 0 found the identity "in use" and the new
