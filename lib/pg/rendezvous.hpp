@@ -4,10 +4,13 @@
 // job of that identity left; the others attach to the segment of the claim's holder only; all
 // wait for the full set; the name is removed as soon as every rank has attached. When two
 // jobs are started with one identity, the second rank 0 to claim it fails, and a job still
-// forming then (or whose rank finds its slot taken) is aborted. Not ruled out: ranks started
-// with identical variables are indistinguishable, so one job's rank 0 and the other's rank 1
-// that finish meeting before the other rank 0 claims the identity form a job (as with
-// torch's TCPStore); only distinct identities prevent it (docs/other-launchers.md).
+// forming then (or whose rank finds its slot taken) is aborted, and so is a running job when
+// a rank that began to join before it had all its ranks reports finding it running
+// (identity_claim.hpp). Not ruled out: ranks started with identical variables are
+// indistinguishable, so one job's rank 0 and the other's rank 1 that finish meeting before
+// the others begin to join form a job (as with torch's TCPStore); only distinct identities
+// prevent it, and a run id that the launcher sets is part of the identity (join.cpp,
+// docs/other-launchers.md).
 #pragma once
 
 #include <cstdint>
