@@ -15,10 +15,27 @@
 
 #include <shmdist/errors.hpp>
 
+#include "pg/rendezvous_object.hpp"
+
 namespace shmdist::detail {
 namespace {
 
 constexpr char kCollision = 'C';
+
+// A report (identity_claim.hpp): kCollision and the reporter's rendezvous start, in one send
+// (9 bytes on a stream socket arrive together).
+struct Report {
+  char kind = kCollision;
+  char began[8] = {};  // std::int64_t, contest_clock_ns, native byte order (one host)
+};
+
+void send_report(int fd, std::int64_t began_ns) {
+  Report r;
+  std::memcpy(r.began, &began_ns, sizeof began_ns);
+  // Best effort: if it cannot go (the holder just ended), there is nobody to tell.
+  [[maybe_unused]] const ssize_t sent =
+      ::send(fd, &r, sizeof r, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 
 // Every live claim of this process, so that a forked child gives them up (below). Never
 // destroyed: a claim may outlive static destruction (a default group nobody destroyed,
@@ -154,7 +171,8 @@ bool IdentityClaim::held_as(const std::string& name) const {
 }
 
 std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
-                                                   const std::string& job_id, int world) {
+                                                   const std::string& job_id, int world,
+                                                   std::int64_t began_ns) {
   int fd = bind_and_listen(name);
   // Held by a listener whose pid is ours, though this process holds no claim on it: the copy
   // of a claim we released, inherited by a child we forked that has not run yet (its fork
@@ -188,8 +206,7 @@ std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
       ::close(c);
       throw;
     }
-    // Best effort: if the byte cannot go (the holder just ended), there is nobody to tell.
-    [[maybe_unused]] const ssize_t sent = ::send(c, &kCollision, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    send_report(c, began_ns);
     ::close(c);
   }
   throw SetupError(
@@ -197,8 +214,8 @@ std::unique_ptr<IdentityClaim> IdentityClaim::take(const std::string& name,
       std::to_string(world) + "): it is in use by " +
       (holder > 0 ? "process " + std::to_string(holder) : std::string("another process")) +
       ", rank 0 of another job started with the same identity. Two jobs with one identity "
-      "would mix their ranks, so this one stops (and a job still forming under that identity "
-      "is aborted too). Give each job its own identity: its own MASTER_PORT for "
+      "would mix their ranks, so this one stops (and the job holding it is aborted too if it "
+      "was still forming when this rank began to join). Give each job its own identity: its own MASTER_PORT for "
       "torchrun-style variables (or start it with shmrun), and start it again.");
 }
 
@@ -242,14 +259,11 @@ bool IdentityClaim::collision_reported() {
   return collision;
 }
 
-void IdentityClaim::drain() {
+bool IdentityClaim::drain() {
   const std::lock_guard lock(registry_mutex);  // a fork must not copy half a change
-  for (int& c : pending_) ::close(std::exchange(c, -1));
-  pending_.clear();
-  for (const int fd : {listen_fd_, started_fd_}) {
-    if (fd < 0) continue;
-    for (;;) {
-      const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (started_fd_ >= 0) {
+    for (;;) {  // probes for "started": they say nothing
+      const int c = ::accept4(started_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
         ::close(c);
         continue;
@@ -258,11 +272,53 @@ void IdentityClaim::drain() {
       break;  // EAGAIN: none waiting (the listeners are non-blocking)
     }
   }
+  if (listen_fd_ < 0) return false;  // released
+  for (;;) {
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;
+    }
+    pending_.push_back(c);
+  }
+  // As collision_reported: a connection that said nothing yet is kept until it says its
+  // report or closes (a probe). A bound, should connections stay silent without closing:
+  // the oldest go first.
+  constexpr std::size_t kMaxPending = 256;
+  while (pending_.size() > kMaxPending) {
+    ::close(pending_.front());
+    pending_.erase(pending_.begin());
+  }
+  bool mixed = false;
+  for (std::size_t i = 0; i < pending_.size();) {
+    Report r;
+    const ssize_t n = ::recv(pending_[i], &r, sizeof r, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      ++i;
+      continue;
+    }
+    if (n == static_cast<ssize_t>(sizeof r) && r.kind == kCollision) {
+      std::int64_t began = 0;
+      std::memcpy(&began, r.began, sizeof began);
+      // Began before the job had all its ranks (while forming, started_ns_ is 0: every
+      // report counts, as in collision_reported).
+      if (started_ns_ == 0 || began < started_ns_) mixed = true;
+    }
+    ::close(pending_[i]);
+    pending_[i] = pending_.back();
+    pending_.pop_back();
+  }
+  return mixed;
 }
 
 void IdentityClaim::mark_started() {
   const std::lock_guard lock(registry_mutex);
-  if (listen_fd_ >= 0 && started_fd_ < 0) started_fd_ = bind_and_listen(name_ + ".started");
+  if (listen_fd_ >= 0 && started_fd_ < 0) {
+    // Before "started" is visible: a rank that sees it began its rendezvous after this, or
+    // its report makes drain() abort the job (reports compare with this moment).
+    started_ns_ = contest_clock_ns();
+    started_fd_ = bind_and_listen(name_ + ".started");
+  }
 }
 
 ClaimHolder claim_holder(const std::string& name, const std::string& job_id) {
@@ -290,6 +346,21 @@ ClaimHolder claim_holder(const std::string& name, const std::string& job_id) {
     }
   }
   return h;
+}
+
+void report_late_arrival(const std::string& name, const std::string& job_id,
+                         std::int64_t began_ns) {
+  const int c = connect_to(name);
+  if (c < 0) return;
+  try {
+    // Only to the holder as claim_holder knows it (refuses another user's listener).
+    listener_pid(c, name, job_id);
+  } catch (...) {
+    ::close(c);
+    throw;
+  }
+  send_report(c, began_ns);
+  ::close(c);
 }
 
 }  // namespace shmdist::detail

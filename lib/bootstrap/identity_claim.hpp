@@ -14,9 +14,14 @@
 //   pid.
 // - Once every rank has joined, the holder also binds "<name>.started": a rank that arrives
 //   later finds the job running and fails at once instead of waiting for a segment.
-// - A rank 0 that finds the identity taken tells the holder (one byte over the socket): while
-//   the holder's job is still forming, some of its ranks may be the second job's, so the
-//   holder aborts it (see join_by_rendezvous).
+// - A rank 0 that finds the identity taken tells the holder (a report over the socket: a
+//   byte and the moment the reporter's rendezvous began): while the holder's job is still
+//   forming, some of its ranks may be the second job's, so the holder aborts it (see
+//   join_by_rendezvous). So does a rank that finds the job already running: a report
+//   read once the job runs still aborts it if the reporter began its rendezvous before the
+//   job had all its ranks (the reporter was waiting for this identity while the job formed,
+//   so the job may hold the rank meant for it: two jobs' ranks). A later reporter (a stray
+//   process colliding with a job that formed without it) leaves the job alone.
 //
 // - A forked child (a DataLoader worker) closes the claim's sockets at once: only the process
 //   that took the claim holds it.
@@ -26,6 +31,7 @@
 // socket altogether: both coexist in one job.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,8 +43,9 @@ class IdentityClaim {
   // Claims `name` (a rendezvous segment name) for the job `job_id` of `world` ranks. Throws
   // SetupError naming the identity and the process that holds it if another one does; that
   // holder is told (see above).
+  // `began_ns` (contest_clock_ns) is when this rank's rendezvous began, for the report.
   static std::unique_ptr<IdentityClaim> take(const std::string& name, const std::string& job_id,
-                                             int world);
+                                             int world, std::int64_t began_ns);
   ~IdentityClaim();
   IdentityClaim(const IdentityClaim&) = delete;
   IdentityClaim& operator=(const IdentityClaim&) = delete;
@@ -48,11 +55,13 @@ class IdentityClaim {
   bool collision_reported();
   // Every rank has joined: binds "<name>.started" (see above).
   void mark_started();
-  // Once the job runs: accepts and closes every connection waiting on either socket (probes
-  // by later ranks; a report of a second rank 0 no longer matters, the job already runs), so
-  // that the listen queues never fill: a full queue refuses probes (claim_holder would see
-  // nobody). Cheap (two accept4 calls when nothing waits); called at the job's health checks.
-  void drain();
+  // Once the job runs: accepts every connection waiting on either socket and closes it once
+  // it said what it had to (probes say nothing; reports, see above), so that the listen
+  // queues never fill: a full queue refuses probes (claim_holder would see nobody). Returns
+  // whether a report came from a rank whose rendezvous began before mark_started: the job
+  // may hold ranks of two jobs. Cheap (two accept4 calls when nothing waits); called at the
+  // job's health checks.
+  bool drain();
   // Gives the identity up (destroy_process_group); the destructor does too.
   void release();
   // Whether this claim is live and on `name` (the caller holds the registry's mutex).
@@ -68,6 +77,7 @@ class IdentityClaim {
   std::string name_;
   int listen_fd_ = -1;
   int started_fd_ = -1;
+  std::int64_t started_ns_ = 0;  // contest_clock_ns at mark_started; 0 while forming
   std::vector<int> pending_;  // accepted connections that said nothing yet
 };
 
@@ -80,5 +90,10 @@ struct ClaimHolder {
   bool started = false;
 };
 ClaimHolder claim_holder(const std::string& name, const std::string& job_id);
+
+// A rank that found the job of `name` already running tells its holder when its own
+// rendezvous began (see above). Best effort: nobody to tell if the holder just ended.
+void report_late_arrival(const std::string& name, const std::string& job_id,
+                         std::int64_t began_ns);
 
 }  // namespace shmdist::detail

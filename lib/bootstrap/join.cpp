@@ -42,6 +42,26 @@ RankAndWorld rank_and_world(const InitOptions& options, const char* rank_var,
   return rw;
 }
 
+// What launchers set once per run (the same for every rank of it, different for the next),
+// folded into the identity of torchrun-style jobs: two runs with the same MASTER_ADDR,
+// MASTER_PORT and WORLD_SIZE then meet on different segments and never mix. torchrun sets
+// TORCHELASTIC_RUN_ID (its --rdzv-id; random per run with --standalone, "none" unless given
+// otherwise, which tells nothing apart but harms nothing); Slurm the job and step ids (srun
+// starts each step's tasks together); PBS, LSF and Flux their job ids. Empty when none is set.
+std::string run_nonce() {
+  std::string nonce;
+  auto add = [&](const char* what, const char* var) {
+    if (auto v = env::get(var)) nonce += std::string(nonce.empty() ? "" : " ") + what + *v;
+  };
+  add("torchelastic=", "TORCHELASTIC_RUN_ID");
+  add("slurm=", "SLURM_JOB_ID");
+  add("step=", "SLURM_STEP_ID");
+  add("pbs=", "PBS_JOBID");
+  add("lsf=", "LSB_JOBID");
+  add("flux=", "FLUX_JOB_ID");
+  return nonce.empty() ? nonce : " [" + nonce + "]";
+}
+
 // A later join of a shmrun job, after destroy_process_group (the ranks' slots in shmrun's
 // segment are used up, and its descriptor is closed): the ranks meet on a fresh segment
 // named after the job's key, which shmrun made random for this job, and the join's number,
@@ -128,8 +148,8 @@ JoinedWorld join_from_environment(const InitOptions& options) {
           "without shmrun meet on a segment named after MASTER_ADDR and MASTER_PORT, so set "
           "both (torchrun does), or start the program with 'shmrun -n N program'.");
     env::parse_int("MASTER_PORT", *port, 1, 65535);
-    return join_by_rendezvous(rw.rank, rw.world, "torch:" + *addr + ":" + *port, options,
-                              config);
+    return join_by_rendezvous(rw.rank, rw.world, "torch:" + *addr + ":" + *port + run_nonce(),
+                              options, config);
   }
   throw SetupError(
       "this process was not started by a launcher: none of SHMDIST_SEGMENT_FD (shmrun), "

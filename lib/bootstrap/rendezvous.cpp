@@ -132,8 +132,14 @@ NamedObject create_claimed(const std::string& name, int world, std::uint64_t rin
 // claim, and returns it with its object held open. `who` names this rank in texts.
 NamedObject join_claimed(const std::string& name, int rank, const std::string& who, int world,
                          const std::string& job_id, Clock::time_point deadline,
-                         std::int64_t began_ns, std::chrono::milliseconds timeout) {
+                         std::int64_t began_ns, std::chrono::milliseconds timeout,
+                         std::int64_t arrived_ns, const std::function<void()>& check) {
+  auto next_check = Clock::now();
   for (;;) {
+    if (check && Clock::now() >= next_check) {
+      check();
+      next_check = Clock::now() + std::chrono::milliseconds(50);
+    }
     // Refuses (throws) another user's object and another shmdist version's segment.
     NamedObject obj = open_named_object(name, world, kRemedy);
     const ClaimHolder holder = claim_holder(name, job_id);
@@ -157,11 +163,15 @@ NamedObject join_claimed(const std::string& name, int rank, const std::string& w
     }
     if (holder.started) {
       mark_contested(name);  // our own rank 0, if it claims the identity later, must not wait
+      // If that job formed while we were already waiting, it may hold the rank meant for us
+      // (another job's process took our slot): its holder then aborts it (identity_claim.hpp).
+      report_late_arrival(name, job_id, arrived_ns);
       throw SetupError(shared_identity_error(
           job_id, world,
           who + " cannot join the job '" + job_id + "': a job with that identity, whose rank "
           "0 is process " + std::to_string(holder.pid) + ", is already running with all " +
-          std::to_string(world) + " of its ranks"));
+          std::to_string(world) + " of its ranks (it is aborted too if it formed while this "
+          "rank was already waiting to join)"));
     }
     // A contest while we waited: our rank 0 may have lost it (and will never come).
     if (contest_concerns(name, began_ns, timeout))
@@ -199,10 +209,13 @@ int dead_participant(const segment::Segment& seg, int self, int& pid) {
 
 JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
                                const InitOptions& options, const config::Config& config,
-                               const TransportWrap& wrap, const std::vector<int>& global_of) {
+                               const TransportWrap& wrap, const std::vector<int>& global_of,
+                               const std::function<void()>& check) {
   const std::string name = rendezvous_name(job_id, world, config.shm_tag);
   const std::uint64_t ring_size = config.ring_size.value_or(segment::default_ring_size(world));
   const auto deadline = Clock::now() + options.timeout;
+  // When this rank began to join (the clock of the claim's reports, identity_claim.hpp).
+  const std::int64_t arrived_ns = contest_clock_ns();
   // A contest over our identity since this process started concerns us (rendezvous_object.hpp),
   // unless it came before this process's previous rendezvous ended or longer than the timeout
   // ago (contest_concerns).
@@ -225,7 +238,7 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
   NamedObject obj;
   if (rank == 0) {
     try {
-      claim = IdentityClaim::take(name, job_id, world);
+      claim = IdentityClaim::take(name, job_id, world, arrived_ns);
     } catch (const SetupError&) {
       mark_contested(name);  // our other ranks must not wait for us
       throw;
@@ -233,7 +246,7 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
     obj = create_claimed(name, world, ring_size, job_id, deadline);
   } else {
     obj = join_claimed(name, rank, rank_text(rank), world, job_id, deadline, began_ns,
-                       options.timeout);
+                       options.timeout, arrived_ns, check);
   }
   auto seg = obj.segment;
   if (!global_of.empty()) seg->name_ranks(global_of);
@@ -292,6 +305,14 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
     check_collision(/*look_at_mark=*/now >= next_check);
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
+      if (check) {
+        try {
+          check();
+        } catch (...) {
+          remove_name_of(obj.fd, name);
+          throw;
+        }
+      }
       int pid = 0;
       const int dead = dead_participant(*seg, rank, pid);
       // A rank that ended once everyone had joined is the transport's business, not ours.
@@ -320,8 +341,13 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
     check_collision(true);  // the last word of a contest that came while we met
     claim->mark_started();  // before the name goes: a rank arriving later fails at once
     clear_contested(name, began_ns);  // a contest before our claim concerns no one now
-    // Later ranks' probes would otherwise fill the claim's listen queues for good.
-    joined.health_hook = [claim] { claim->drain(); };
+    // Later ranks' probes would otherwise fill the claim's listen queues for good. A report
+    // from a rank that was already waiting while we formed aborts the job: it cannot be told
+    // from a job that took another job's rank (identity_claim.hpp). Ranks see the abort at
+    // their next wait (PeerFailure naming the shared identity).
+    joined.health_hook = [claim, seg, name] {
+      if (claim->drain()) abort_shared_identity(*seg, name);
+    };
   }
   remove_name_of(obj.fd, name);  // every rank tries; the first one removes it
   seg->close_fd();

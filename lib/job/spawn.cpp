@@ -19,7 +19,9 @@ namespace {
 
 // Runs in the child between fork and exec/body. Only async-signal-safe work would be strictly
 // correct in a multi-threaded parent; launchers fork from their main thread before starting
-// others, and launch() documents that its caller should not hold locks other threads need.
+// others, and launch() documents that its rank function must not take locks the host's other
+// threads use (docs/embedding.md: glibc's malloc is usable in the child, ASan's in GCC 12 is
+// not when another thread was inside it at the fork).
 void prepare_child(const SpawnSpec& spec, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect

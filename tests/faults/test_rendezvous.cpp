@@ -529,6 +529,88 @@ BOOST_AUTO_TEST_CASE(two_jobs_started_at_once_with_one_identity) {
   }
 }
 
+// Two 2-rank jobs with the same MASTER_ADDR/MASTER_PORT/WORLD_SIZE, started at the same moment,
+// whose launcher gave each run its own TORCHELASTIC_RUN_ID (as torchrun does): the run id is
+// part of the identity, so both jobs run, each with its own ranks, 10 times over. (Before,
+// they shared the identity: one job failed, or they mixed and summed 1001.)
+BOOST_AUTO_TEST_CASE(two_runs_with_their_own_run_id_never_mix) {
+  for (int trial = 0; trial < 10; ++trial) {
+    BOOST_TEST_CONTEXT("trial " << trial) {
+      const int port = rendezvous_port(200 + trial);
+      const std::string go = std::filesystem::temp_directory_path() /
+                             ("shmdist-go-" + std::to_string(getpid()));
+      std::vector<std::unique_ptr<LiveCommand>> procs;
+      for (int i = 0; i < 4; ++i)
+        procs.push_back(start_sum(i / 2, 2, port, i % 2 ? "1000" : "1",
+                                  {{"FAULT_RANK_START", go},
+                                   {"TORCHELASTIC_RUN_ID", i % 2 ? "run-b" : "run-a"}}));
+      std::ofstream(go).put('x');
+      for (int i = 0; i < 4; ++i) {
+        const CommandResult r = procs[i]->finish(60s);
+        BOOST_TEST_INFO(r.out << r.err);
+        BOOST_TEST(r.exit_code == 0);
+        BOOST_TEST(sums(r) == (i % 2 ? "2000" : "2"));
+      }
+      std::filesystem::remove(go);
+      shm_unlink((object_name(port, 2) + "-contested").c_str());  // none is expected
+    }
+  }
+}
+
+// The gap of identical variables: job A's rank 0 and job B's rank 1 can finish meeting before
+// A's rank 1 sees the segment (it polls every millisecond), forming a job of two jobs' ranks.
+// A's rank 1 then finds "a job already running" - as it would a job that formed without any
+// mix. The difference the holder can see: this rank began waiting for the identity before the
+// job had all its ranks. Stand-in, made deterministic with SIGSTOP: a rank 1 (adding 1000)
+// waits for its rank 0 and is stopped; ranks 0 and 1 adding 1 form a job meanwhile. Resumed,
+// the waiting rank fails (naming the identity) and tells the holder, and every rank of the
+// formed job fails at its next wait (PeerFailure: shared identity) instead of running on with
+// numbers that may be wrong. A process that begins to join after the job formed leaves it
+// alone: a_running_job_keeps_its_identity_from_a_second_job. (Before: the job ran on.)
+BOOST_AUTO_TEST_CASE(a_job_that_formed_while_a_duplicate_rank_waited_is_aborted) {
+  const int port = rendezvous_port(80);
+  const std::string identity = "torch:127.0.0.1:" + std::to_string(port);
+  const std::string tmp = std::filesystem::temp_directory_path();
+  const std::string hold0 = tmp + "/shmdist-hold0-" + std::to_string(getpid());
+  const std::string hold1 = tmp + "/shmdist-hold1-" + std::to_string(getpid());
+  auto waiting = start_sum(1, 2, port, "1000");
+  // In its rendezvous loop, it naps a millisecond at a time (before init_process_group, the
+  // program does not sleep).
+  auto napping = [&] {
+    std::ifstream f("/proc/" + std::to_string(waiting->pid()) + "/wchan");
+    std::string w;
+    std::getline(f, w);
+    return contains(w, "nanosleep");
+  };
+  BOOST_REQUIRE(waiting->wait_until(napping, 30s));
+  BOOST_REQUIRE(::kill(waiting->pid(), SIGSTOP) == 0);
+  std::vector<std::unique_ptr<LiveCommand>> a;
+  a.push_back(start_sum(0, 2, port, "1", {{"FAULT_RANK_HOLD", hold0}}));
+  a.push_back(start_sum(1, 2, port, "1", {{"FAULT_RANK_HOLD", hold1}}));
+  for (auto& p : a)
+    BOOST_REQUIRE(p->wait_until([&] { return contains(p->out(), "READY"); }, 30s));
+  BOOST_REQUIRE(::kill(waiting->pid(), SIGCONT) == 0);
+  const CommandResult late = waiting->finish(60s);
+  BOOST_TEST_INFO(late.out << late.err);
+  expect_identity_refused(late, identity);
+  BOOST_TEST(contains(late.out, "is already running with all 2 of its ranks"), late.out);
+  // Rank 0 waits in all_reduce for rank 1: its health checks read the report.
+  std::ofstream(hold0).put('x');
+  const CommandResult r0 = a[0]->finish(60s);
+  std::ofstream(hold1).put('x');
+  const CommandResult r1 = a[1]->finish(60s);
+  for (const CommandResult* r : {&r0, &r1}) {
+    BOOST_TEST_INFO(r->out << r->err);
+    BOOST_TEST(!r->timed_out);
+    BOOST_TEST(r->exit_code != 0);
+    BOOST_TEST(lines_starting(r->out, "SUM").empty());
+    expect_identity_refused(*r, identity);
+  }
+  std::filesystem::remove(hold0);
+  std::filesystem::remove(hold1);
+  shm_unlink((object_name(port, 2) + "-contested").c_str());  // the mark a contest leaves
+}
+
 // A process forked by rank 0 (a DataLoader worker) does not keep the job identity: once
 // rank 0 destroyed its group, a new job with the same identity forms while the child still
 // lives. (The child kept the claim's sockets: rank 0 found the identity "in use" and the new
