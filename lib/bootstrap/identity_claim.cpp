@@ -15,7 +15,7 @@
 
 #include <shmdist/errors.hpp>
 
-#include "pg/rendezvous_object.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 
 namespace shmdist::detail {
 namespace {

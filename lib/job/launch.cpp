@@ -58,7 +58,7 @@ std::uint64_t ring_size_for(int n, const LaunchOptions& options) {
 // destroy, which waits for every rank):
 // - threads: on an anonymous segment that the first rank to reach join k makes, shared with
 //   the others through this object (one per launch);
-// - processes: on a named segment through the rendezvous (pg/rendezvous.hpp), named after the
+// - processes: on a named segment through the rendezvous (bootstrap/rendezvous.hpp), named after the
 //   launch segment's random job key and k, as shmrun's ranks do. The ranks then watch each
 //   other's processes; the launcher still reaps them and fails the job when one fails.
 // A rank whose rank function ended (in the launch's segment) never comes: the others fail at

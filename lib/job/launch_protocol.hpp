@@ -1,6 +1,6 @@
 // What a launcher that starts rank processes gives them (shmrun): the job's segment, a memfd
 // with no name anywhere in /dev/shm, and the environment through which each rank finds it
-// and joins (pg/join.cpp reads it). The launcher itself needs nothing below the job layer.
+// and joins (bootstrap/join.cpp reads it). The launcher itself needs nothing below the job layer.
 #pragma once
 
 #include <cstdint>
