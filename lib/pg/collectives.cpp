@@ -1,9 +1,11 @@
 // ProcessGroup's collectives: resolve the group, count the call in the group's sequence,
 // hand over to lib/coll/, and block unless async_op.
 
+#include <shmdist/embedding.hpp>
+
 #include "coll/collectives.hpp"
+#include "coll/kinds.hpp"
 #include "pg/impl.hpp"
-#include "pg/runtime_hooks.hpp"
 
 namespace shmdist {
 namespace {
@@ -105,7 +107,8 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
 
 
 
-namespace detail {
+namespace embedding {
+using detail::ProcessGroupAccess;
 
 Work start_barrier(ProcessGroup& pg, const Group& group) {
   ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
@@ -126,5 +129,5 @@ Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& 
       coll::reject(setup(s, group, call.c_str(), /*blocking=*/false), *kind, why));
 }
 
-}  // namespace detail
+}  // namespace embedding
 }  // namespace shmdist

@@ -13,13 +13,14 @@
 #include <sstream>
 #include <thread>
 
+#include <shmdist/embedding.hpp>
+
 #include "pg/config.hpp"
 #include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "pg/process_alive.hpp"
 #include "pg/rendezvous.hpp"
 #include "pg/rendezvous_object.hpp"
-#include "pg/runtime_hooks.hpp"
 #include "segment/job_state.hpp"
 
 namespace shmdist::detail {
@@ -147,6 +148,11 @@ void await_all_attached(segment::Segment& seg, int rank, int world,
 bool g_launcher_segment_used = false;
 
 }  // namespace
+}  // namespace shmdist::detail
+
+// The public embedding interface (shmdist/embedding.hpp), built on lib/pg's internals.
+namespace shmdist::embedding {
+using namespace shmdist::detail;
 
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store) {
@@ -232,4 +238,4 @@ Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint3
   return ProcessGroupAccess::make_group(std::move(info));
 }
 
-}  // namespace shmdist::detail
+}  // namespace shmdist::embedding
