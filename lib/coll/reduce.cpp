@@ -27,6 +27,10 @@ inline constexpr bool is_floating_v = detail::dtype_kind<D>() == detail::DTypeKi
 template <DType D>
 struct Accum {
   using S = storage_t<D>;
+  static_assert(detail::dtype_kind<D>() != detail::DTypeKind::Floating ||
+                    std::is_floating_point_v<S>,
+                "a floating dtype stored as bits needs an Accum specialization (how it widens "
+                "and narrows)");
   using A = S;
   static A widen(S s) { return s; }
   static S narrow(A a) { return a; }

@@ -62,21 +62,34 @@ template <DType From>
 auto widen_float(storage_t<From> v) {
   if constexpr (From == DType::Float16) return detail::half_bits_to_float(v);
   else if constexpr (From == DType::BFloat16) return detail::bfloat16_bits_to_float(v);
-  else return v;
+  else {
+    static_assert(std::is_floating_point_v<storage_t<From>>,
+                  "a floating dtype stored as bits needs its decoding here");
+    return v;
+  }
 }
 
 template <DType To>
 storage_t<To> int_from_float(double x) {
   if constexpr (To == DType::Int64) return truncate_to_int64(x);
   else if constexpr (To == DType::UInt8) return static_cast<std::uint8_t>(truncate_to_int64(x));
-  else return static_cast<storage_t<To>>(truncate_to_int32(x));
+  else {
+    // A new integer dtype needs torch's rule for it here (uint16/32/64 differ from these).
+    static_assert(To == DType::Int8 || To == DType::Int16 || To == DType::Int32,
+                  "an integer dtype without torch's float-to-integer rule here");
+    return static_cast<storage_t<To>>(truncate_to_int32(x));
+  }
 }
 
 template <DType To>
 storage_t<To> float_from_float(float f) {
   if constexpr (To == DType::Float16) return detail::float_to_half_bits(f);
   else if constexpr (To == DType::BFloat16) return detail::float_to_bfloat16_bits(f);
-  else return static_cast<storage_t<To>>(f);
+  else {
+    static_assert(std::is_floating_point_v<storage_t<To>>,
+                  "a floating dtype stored as bits needs its encoding here");
+    return static_cast<storage_t<To>>(f);
+  }
 }
 
 // Out-of-range double -> float gives +-inf: defined for IEC 559 types (C Annex F), which
