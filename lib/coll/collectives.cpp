@@ -1,10 +1,7 @@
-// Builders of the point-to-point collectives. Data algorithms (deterministic by construction,
-// every reduction evaluated in group-rank order by coll/reduce.hpp):
-//   all_reduce      reduce-scatter by slice (member j reduces slice j of every input), then
-//                   every member sends its reduced slice to all others
-//   reduce          the same reduce-scatter, then the reduced slices go to the root only
-//   reduce_scatter  member j receives part j from everyone and reduces it
-//   the others      direct sends between the members that own the data
+// The collectives' builders, one per row of coll/kinds.hpp: each checks its arguments, then
+// takes the route the table's chooser gives (choose_route: the world lane's plan, or the
+// point-to-point schedule the row describes, built here). Every reduction is evaluated in
+// group-rank order by coll/reduce.hpp, on either route.
 
 #include "coll/collectives.hpp"
 
@@ -56,6 +53,8 @@ class Builder {
   int n() const { return s_.group.size(); }
   int me() const { return s_.group.me; }
   bool ok() const { return !error_; }
+  // The data move on the world lane (coll/kinds.hpp's chooser, the one place that decides).
+  bool on_lane() const { return choose_route(kind_, s_.lane != nullptr, ok()) == Route::Lane; }
   std::span<const int> members() const { return s_.group.members; }
 
   void fail(const std::string& why) {
@@ -277,7 +276,7 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     b.describe(tensor.dtype(), tensor.numel());
     r = b.root(root, "src");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_broadcast(*s.lane, tensor, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -306,7 +305,7 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     b.describe(tensor.dtype(), tensor.numel());
     b.op(op, tensor.dtype());
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -333,7 +332,7 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     b.op(op, tensor.dtype());
     r = b.root(root, "dst");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -364,7 +363,7 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
     b.describe(input.dtype(), input.numel());
     b.list(outputs, "tensor_list", input.dtype(), &input, "tensor");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, &outputs, nullptr),
                        input.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(input); });
   auto sch = b.make();
@@ -384,7 +383,7 @@ Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tens
              "size x input elements = " + std::to_string(b.n()) + " x " +
              std::to_string(input.numel()));
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, nullptr, bytes_of(output)),
                        input.nbytes() * b.n(), [&](Schedule& sch) {
                          sch.keep(input);
@@ -488,7 +487,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
     b.op(op, output.dtype());
     if (b.ok()) b.list(inputs, "input_list", output.dtype(), &output, "output");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce_scatter(*s.lane, &inputs, nullptr, output, op, b.me()),
                        output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
@@ -512,7 +511,7 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
              "size x output elements = " + std::to_string(b.n()) + " x " +
              std::to_string(output.numel()));
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce_scatter(*s.lane, nullptr, bytes_of(input), output, op, b.me()),
                        input.nbytes(), [&](Schedule& sch) {
                          sch.keep(input);
@@ -643,7 +642,7 @@ Completion all_to_all_single(const CallSetup& s, Tensor& output, const Tensor& i
 // fingerprint exchange alone (every member hears from every other before it completes).
 Completion barrier(const CallSetup& s) {
   Builder b(s, Kind::Barrier);
-  if (s.lane) return run_on_lane(s, b, LanePlan{}, 0, [](Schedule&) {});
+  if (b.on_lane()) return run_on_lane(s, b, LanePlan{}, 0, [](Schedule&) {});
   return finish(b.make(), 0);
 }
 

@@ -1,9 +1,11 @@
 // ProcessGroup's collectives: resolve the group, count the call in the group's sequence,
 // hand over to lib/coll/, and block unless async_op.
 
+#include <shmdist/embedding.hpp>
+
 #include "coll/collectives.hpp"
+#include "coll/kinds.hpp"
 #include "pg/impl.hpp"
-#include "pg/runtime_hooks.hpp"
 
 namespace shmdist {
 namespace {
@@ -105,7 +107,8 @@ void ProcessGroup::monitored_barrier(const Group& group, std::chrono::millisecon
 
 
 
-namespace detail {
+namespace embedding {
+using detail::ProcessGroupAccess;
 
 Work start_barrier(ProcessGroup& pg, const Group& group) {
   ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
@@ -115,21 +118,16 @@ Work start_barrier(ProcessGroup& pg, const Group& group) {
 
 Work reject_collective(ProcessGroup& pg, const Group& group, const std::string& call,
                        const std::string& why) {
-  using coll::Kind;
-  for (Kind kind : {Kind::Broadcast, Kind::AllReduce, Kind::Reduce, Kind::AllGather,
-                    Kind::AllGatherIntoTensor, Kind::Gather, Kind::Scatter, Kind::ReduceScatter,
-                    Kind::ReduceScatterTensor, Kind::AllToAll, Kind::AllToAllSingle}) {
-    if (call != coll::kind_name(kind)) continue;
-    ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
-    const auto entry = s.engine->enter("reject_collective");
-    return ProcessGroupAccess::make_work(
-        coll::reject(setup(s, group, call.c_str(), /*blocking=*/false), kind, why));
-  }
-  throw InvalidArgument("reject_collective: '" + call + "' is not a collective shmdist knows "
-                        "(expected all_reduce, broadcast, reduce, all_gather, "
-                        "all_gather_into_tensor, gather, scatter, reduce_scatter, "
-                        "reduce_scatter_tensor, all_to_all or all_to_all_single)");
+  // Every collective that carries tensors, by its name in the table (coll/kinds.hpp).
+  const std::optional<coll::Kind> kind = coll::kind_from_name(call);
+  if (!kind || !coll::kind_info(*kind).data)
+    throw InvalidArgument("reject_collective: '" + call + "' is not a collective shmdist knows "
+                          "(expected one of " + coll::kind_names(/*data_only=*/true) + ")");
+  ProcessGroup::Impl& s = ProcessGroupAccess::impl(pg);
+  const auto entry = s.engine->enter("reject_collective");
+  return ProcessGroupAccess::make_work(
+      coll::reject(setup(s, group, call.c_str(), /*blocking=*/false), *kind, why));
 }
 
-}  // namespace detail
+}  // namespace embedding
 }  // namespace shmdist

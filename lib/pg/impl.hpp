@@ -30,7 +30,7 @@ struct ProcessGroup::Impl {
   std::shared_ptr<const detail::GroupInfo> world_group;
   std::uint32_t next_group_id = 1;
   // By group id: collectives called so far. A map: ids need not be small (runtimes that
-  // bring their own groups choose them, see pg/runtime_hooks.hpp).
+  // bring their own groups choose them, see shmdist/embedding.hpp).
   std::unordered_map<std::uint32_t, std::uint64_t> collective_seq;
   std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;

@@ -4,7 +4,7 @@
 
 #include "process_group.hpp"
 #include "tensor_bridge.hpp"
-#include "pg/runtime_hooks.hpp"
+#include <shmdist/embedding.hpp>
 
 namespace shmdist::torch_backend {
 namespace {
@@ -88,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::or_reject(c10d::OpType type, con
   return collective(type, {}, {}, timeout, [&] {
     std::vector<Work> works;
     for (std::size_t i = 0; i < calls; ++i)
-      works.push_back(detail::reject_collective(job_->pg, group_, call, why));
+      works.push_back(embedding::reject_collective(job_->pg, group_, call, why));
     return works;
   });
 }

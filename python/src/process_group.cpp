@@ -6,7 +6,7 @@
 #include "process_group.hpp"
 
 #include "tensor_bridge.hpp"
-#include "pg/runtime_hooks.hpp"
+#include <shmdist/embedding.hpp>
 
 namespace shmdist::torch_backend {
 namespace {
@@ -91,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Te
 // Non-blocking, so that barrier(async_op=True) does not stall the caller.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptions& opts) {
   return collective(c10d::OpType::BARRIER, {}, {}, opts.timeout, [&] {
-    return std::vector<Work>{detail::start_barrier(job_->pg, group_)};
+    return std::vector<Work>{embedding::start_barrier(job_->pg, group_)};
   });
 }
 

@@ -1,6 +1,10 @@
-// What a runtime that brings its own rendezvous and group bookkeeping needs from lib/pg: the
-// torch.distributed backend (python/) joins jobs through torch's key-value store and maps
-// torch's sub-groups, which only their members create, onto the world's segment.
+// shmdist/embedding.hpp: what a runtime that brings its own rendezvous and group bookkeeping
+// needs from shmdist. The torch.distributed backend (python/) is one: it joins jobs through
+// torch's key-value store, maps torch's sub-groups, which only their members create, onto the
+// world's segment, and refuses calls it cannot carry on every member at once. Everything here
+// is public and keeps its names (namespace shmdist::embedding); docs/embedding.md describes it.
+// (These names were shmdist::detail's in lib/pg/runtime_hooks.hpp; the detail:: spellings
+// below keep working.)
 #pragma once
 
 #include <chrono>
@@ -11,19 +15,21 @@
 
 #include <shmdist/process_group.hpp>
 
-#include "bootstrap/store_join.hpp"
+namespace shmdist::embedding {
 
-namespace shmdist::detail {
-
-// KeyValueStore, the key-value store a runtime joins through: bootstrap/store_join.hpp.
+// A key-value store shared by the ranks of one job (torch's c10d::Store): `set` publishes a
+// value, `get` blocks until the key exists (and throws after the store's own timeout).
+struct KeyValueStore {
+  std::function<void(const std::string& key, const std::string& value)> set;
+  std::function<std::string(const std::string& key)> get;
+};
 
 // Joins rank `rank` of a job of `world` ranks. In a process started by shmrun (or launch())
 // whose launcher segment has not been used yet, on that segment; otherwise rank 0 creates a
 // fresh segment under an unguessable name and announces it, with its job key and creator
 // pid, through `store`, and the others attach to it. A segment announced by an earlier job
 // (its creator gone, its name gone, another job key) is never joined. The name is removed
-// from /dev/shm once every rank has attached (or when the join fails). The join is
-// bootstrap's (join_world_through_store); this builds the group on it.
+// from /dev/shm once every rank has attached (or when the join fails).
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store);
 
@@ -56,4 +62,15 @@ inline constexpr std::uint32_t kFirstRuntimeGroupId = 1u << 29;
 // bad members or ids.
 Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint32_t id);
 
+}  // namespace shmdist::embedding
+
+// The former spellings (lib/pg/runtime_hooks.hpp), for code written against them.
+namespace shmdist::detail {
+using embedding::check_peers;
+using embedding::group_with_id;
+using embedding::join_through_store;
+using embedding::KeyValueStore;
+using embedding::kFirstRuntimeGroupId;
+using embedding::reject_collective;
+using embedding::start_barrier;
 }  // namespace shmdist::detail

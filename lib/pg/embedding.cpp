@@ -1,13 +1,17 @@
-// The embedding interface of pg/runtime_hooks.hpp that needs a ProcessGroup's state: the
-// group built on a join through a runtime's store, the peers check, groups with given ids.
-// (start_barrier and reject_collective are with the collectives, pg/collectives.cpp.)
+// The public embedding interface (shmdist/embedding.hpp) that needs a ProcessGroup's state:
+// the group built on bootstrap's join through a runtime's store, the peers check, groups with
+// given ids. (start_barrier and reject_collective are with the collectives, pg/collectives.cpp.)
 
-#include "pg/runtime_hooks.hpp"
+#include <shmdist/embedding.hpp>
 
 #include "bootstrap/store_join.hpp"
 #include "pg/impl.hpp"
 
-namespace shmdist::detail {
+namespace shmdist::embedding {
+using detail::GroupInfo;
+using detail::ProcessGroupAccess;
+using detail::join_world_through_store;
+using detail::members_signature;
 
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store) {
@@ -47,4 +51,4 @@ Group group_with_id(const ProcessGroup& pg, std::vector<int> members, std::uint3
   return ProcessGroupAccess::make_group(std::move(info));
 }
 
-}  // namespace shmdist::detail
+}  // namespace shmdist::embedding
