@@ -13,6 +13,7 @@ one. The probes are removed as soon as every rank has looked (and on every failu
 import os
 import re
 import secrets
+import time
 import weakref
 from datetime import timedelta
 
@@ -50,17 +51,50 @@ def _one_host_by_launcher():
     return "SHMDIST_SEGMENT_FD" in os.environ
 
 
-def _wait(store, keys, timeout, rank, what):
-    try:
-        store.wait(keys, timeout)
-    except RuntimeError as e:
-        missing = [k for k in keys if not store.check([k])]
-        raise _C.SetupError(
-            "rank " + str(rank) + " (global rank " + what[1] + "): " + str(len(missing)) +
-            " of " + str(len(keys)) + " ranks did not " + what[0] + " within the timeout of " +
-            str(timeout) + " (first missing: " + (missing[0] if missing else "none") + "); "
-            "check that every rank was started with the same world size and all of them "
-            "run: " + str(e).splitlines()[0]) from None
+class _Probe:
+    """The store side of one probe: waits for the other ranks' entries, and tells them when
+    this rank finds the job cannot form, so that every rank fails at once with the cause
+    instead of waiting out the timeout for a rank that gave up."""
+
+    _SLICE = timedelta(milliseconds=100)
+
+    def __init__(self, store, prefix, rank, size, timeout, global_rank):
+        self.store, self.prefix, self.rank, self.size = store, prefix, rank, size
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout.total_seconds()
+        self.me = "rank " + str(rank) + " (global rank " + str(global_rank) + ")"
+        # The error, and a counter that is nonzero once it is set (torch 1.13's stores have
+        # no check(); add(key, 0) reads a counter on every store).
+        self.error_key = prefix + "error"
+        self.failed_key = prefix + "failed"
+
+    def fail(self, why):
+        """Raises SetupError(why) here, and on every rank waiting in this probe."""
+        try:
+            self.store.set(self.error_key, why)
+            self.store.add(self.failed_key, 1)  # after the set: a reader sees the error
+        finally:
+            raise _C.SetupError(why)
+
+    def get(self, key, what):
+        """The value of `key` once some rank set it; raises SetupError when another rank
+        reported a failure, or at the timeout."""
+        while True:
+            if self.store.add(self.failed_key, 0) > 0:
+                raise _C.SetupError(self.store.get(self.error_key).decode() + " (reported to " +
+                                    self.me + " through the store)")
+            began = time.monotonic()
+            try:
+                self.store.wait([key], self._SLICE)
+                return self.store.get(key).decode()
+            except RuntimeError as e:
+                if time.monotonic() - began < self._SLICE.total_seconds() / 2:
+                    raise  # not the slice's timeout: the store itself failed
+                if time.monotonic() >= self.deadline:
+                    self.fail(self.me + ": " + what + " within the timeout of " +
+                              str(self.timeout) + "; check that every rank was started with "
+                              "the same world size (" + str(self.size) + ") and all of them "
+                              "run (the store says: " + str(e).splitlines()[0] + ")")
 
 
 def find_hosts(store, rank, size, timeout, global_ranks):
@@ -68,9 +102,9 @@ def find_hosts(store, rank, size, timeout, global_ranks):
     group ranks, hosts ordered by their lowest rank; and the store prefix of this probe (for
     the groups made next). Every member calls it with the same store; it leaves nothing in
     /dev/shm, also when it raises."""
-    me = str(global_ranks[rank])
     gen = store.add(_KEY + "gen/" + str(rank), 1)
     prefix = _KEY + str(gen) + "/"
+    probe = _Probe(store, prefix, rank, size, timeout, global_ranks[rank])
     name = _probe_name(_shm_tag())
     token = secrets.token_hex(16)
     path = "/dev/shm/" + name
@@ -81,38 +115,34 @@ def find_hosts(store, rank, size, timeout, global_ranks):
         finally:
             os.close(fd)
         store.set(prefix + "probe/" + str(rank), str(size) + " " + name + " " + token)
-        keys = [prefix + "probe/" + str(r) for r in range(size)]
-        _wait(store, keys, timeout, rank, ("publish their host probe", me))
         mates = []
         for r in range(size):
-            text = store.get(keys[r]).decode()
+            text = probe.get(prefix + "probe/" + str(r),
+                             "rank " + str(r) + " did not publish its host probe")
             fields = text.split(" ")
             if len(fields) != 3 or not fields[1].startswith("shmdist-") or "/" in fields[1]:
-                raise _C.SetupError("the store's host probe of rank " + str(r) + " is '" +
-                                    text + "': expected '<world size> <name> <token>' written "
-                                    "by shmdist; is another program using the same store?")
+                probe.fail("the store's host probe of rank " + str(r) + " is '" + text +
+                           "': expected '<world size> <name> <token>' written by shmdist; is "
+                           "another program using the same store?")
             if fields[0] != str(size):
-                raise _C.SetupError(
-                    "rank " + str(r) + " was started with a world (group) size of " +
-                    fields[0] + " but global rank " + me + " with " + str(size) + "; start "
-                    "every rank with the same world size")
+                probe.fail("rank " + str(r) + " was started with a world (group) size of " +
+                           fields[0] + " but " + probe.me + " with " + str(size) + "; start "
+                           "every rank with the same world size")
             if r == rank or _reads(fields[1], fields[2]):
                 mates.append(r)
         store.set(prefix + "host/" + str(rank), ",".join(map(str, mates)))
-        keys = [prefix + "host/" + str(r) for r in range(size)]
         # Every rank has looked at every probe once all have published what they saw.
-        _wait(store, keys, timeout, rank, ("report which probes they could read", me))
+        rows = {r: tuple(int(x) for x in probe.get(
+                    prefix + "host/" + str(r),
+                    "rank " + str(r) + " did not report which probes it could read").split(","))
+                for r in range(size)}
     finally:
         _unlink(path)
-    rows = {r: tuple(int(x) for x in store.get(keys[r]).decode().split(","))
-            for r in range(size)}
-    hosts = []
-    for r in range(size):
-        if rows[r][0] == r:  # the lowest rank of its host
-            hosts.append(list(rows[r]))
+    hosts = [list(rows[r]) for r in range(size) if rows[r][0] == r]  # r: its host's lowest
+    placed = sorted(r for host in hosts for r in host)
     for host in hosts:
         for r in host:
-            if rows[r] != tuple(host):
+            if rows[r] != tuple(host) or placed != list(range(size)):
                 raise _C.SetupError(
                     "ranks disagree on who shares a host: rank " + str(host[0]) + " reads "
                     "the probes of ranks " + str(host) + " in /dev/shm, rank " + str(r) +
