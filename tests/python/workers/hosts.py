@@ -2,7 +2,8 @@
 works across hosts, checked on every rank. Prints "PASS/FAIL <check> rank=<r>" lines and
 "DIGEST <rank> <hex>" of the all_reduce result (compared across ranks by the test).
 
-    hosts.py [ops|init]     ops: the checks; init: only init_process_group and destroy
+    hosts.py [ops|init|one_host]   ops: the checks; init: only init_process_group and
+                                   destroy; one_host: the world is the plain "shm" group
 """
 
 import hashlib
@@ -22,12 +23,22 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "ops"
 dist.init_process_group("shm", timeout=timedelta(
     seconds=float(os.environ.get("SHMDIST_TEST_INIT_TIMEOUT", "60"))))
 rank, world = dist.get_rank(), dist.get_world_size()
+from torch.distributed import distributed_c10d as c10d  # noqa: E402
+
 if mode == "init":
     say(f"INIT rank={rank}")
     dist.destroy_process_group()
     sys.exit(0)
-
-from torch.distributed import distributed_c10d as c10d  # noqa: E402
+if mode == "one_host":
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t)
+    pg = c10d._get_default_group()
+    if not isinstance(pg, shmdist.torch.ProcessGroupHosts) and torch.equal(t, torch.full((2,), 6.0)):
+        say(f"ONE HOST rank={rank}")
+    else:
+        say(f"FAIL one_host rank={rank}: {pg!r} {t}")
+    dist.destroy_process_group()
+    sys.exit(0)
 
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
