@@ -353,6 +353,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
             o.copy_(s)
         return _done([output])
 
+    def all_gather_single(self, output, input, opts=None):  # torch 2.13's all_gather_into_tensor
+        return self._allgather_base(output, input, opts)
+
     def gather(self, output_tensors, input_tensors, opts=None):
         o = dist.GatherOptions()
         o.rootRank = opts.rootRank
@@ -377,6 +380,34 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     def allgather_coalesced(self, *args, **kwargs):
         _refuse("all_gather_coalesced")
+
+    # torch 2.x's names for more of the same, and its coalescing (batch_isend_irecv, FSDP's
+    # _coalescing_manager): without these a call would reach torch's ProcessGroup, which has no
+    # backend here, and say "No backend type associated with device type cpu".
+
+    def all_to_all_single(self, *args, **kwargs):
+        _refuse("all_to_all_single")
+
+    def reduce_scatter_single(self, *args, **kwargs):
+        _refuse("reduce_scatter_tensor")
+
+    def reduce_scatter_single_coalesced(self, *args, **kwargs):
+        _refuse("reduce_scatter_tensor_coalesced")
+
+    def reduce_scatter_tensor_coalesced(self, *args, **kwargs):
+        _refuse("reduce_scatter_tensor_coalesced")
+
+    def allgather_into_tensor_coalesced(self, *args, **kwargs):
+        _refuse("all_gather_into_tensor_coalesced")
+
+    def all_gather_single_coalesced(self, *args, **kwargs):
+        _refuse("all_gather_into_tensor_coalesced")
+
+    def _start_coalescing(self, *args, **kwargs):
+        _refuse("coalescing (batch_isend_irecv, _coalescing_manager)")
+
+    def _end_coalescing(self, *args, **kwargs):
+        _refuse("coalescing (batch_isend_irecv, _coalescing_manager)")
 
 
 def _reduce_opts(root, op):

@@ -128,6 +128,22 @@ def all_gather_and_barrier():
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank})
     expect(objs == [{"rank": r} for r in range(world)], f"all_gather_object {objs}")
+    flat = torch.zeros(world * 2)
+    dist._all_gather_base(flat, torch.full((2,), float(rank)))  # all_gather_into_tensor on 2.x
+    expect_equal(flat, torch.arange(float(world)).repeat_interleave(2), "all_gather_into_tensor")
+    for root in (0, 3):
+        got = [torch.zeros(2) for _ in range(world)] if rank == root else None
+        dist.gather(torch.full((2,), float(rank)), got, dst=root)
+        if rank == root:
+            for r in range(world):
+                expect_equal(got[r], torch.full((2,), float(r)), f"gather to {root}")
+        out = torch.zeros(2)
+        dist.scatter(out, [torch.full((2,), 10.0 + r) for r in range(world)] if rank == root
+                     else None, src=root)
+        expect_equal(out, torch.full((2,), 10.0 + rank), f"scatter from {root}")
+    objs = [{"from": 2}] if rank == 2 else [None]
+    dist.broadcast_object_list(objs, src=2)
+    expect(objs == [{"from": 2}], f"broadcast_object_list {objs}")
 
 
 def sub_groups():
@@ -148,6 +164,10 @@ def refusals():
     if rank == 0:
         expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
     expect_raises("across hosts", lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG))
+    expect_raises("across hosts", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
+    if hasattr(dist, "all_to_all_single"):
+        expect_raises("across hosts",
+                      lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world)))
 
 
 run_checks([group_is_hosts, all_reduce_documented_order, reduce_to_each, broadcast_from_each,
