@@ -7,12 +7,10 @@ in that host's /dev/shm (gone with the namespace, so only it can look)."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import (PYTHON, WORKERS, base_env, failures, free_port, run,
-                      standalone_rendezvous)
+from conftest import PYTHON, WORKERS, base_env, failures, free_port
 
 
 def _why_no_namespaces():
@@ -123,3 +121,44 @@ def test_one_namespace_is_one_host():
         assert res["rc"] == 0, text
         assert f"ONE HOST rank={r}" in res["out"], text
     assert reports[0]["left_in_dev_shm"] == [], reports[0]["left_in_dev_shm"]
+
+
+def test_torchrun_two_nodes():
+    """torchrun --nnodes=2 (c10d rendezvous), one agent per emulated host with 2 ranks each:
+    the same program and checks as test_two_hosts_two_ranks_each, nothing left in either
+    /dev/shm (each host lists its own /dev/shm once its agent has ended)."""
+    port = free_port()
+    procs = []
+    for h in range(2):
+        # The first agent hosts the rendezvous store; both reach it at 127.0.0.1.
+        cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+               "--rdzv_id=shmdist-hosts-test", f"--rdzv_conf=is_host={'true' if h == 0 else 'false'}",
+               "--redirects", "2", "--tee", "2", str(WORKERS / "hosts.py"), "ops"]
+        shell = ('mount -t tmpfs tmpfs /dev/shm && "$@"; rc=$?; '
+                 'echo "LEFT_IN_DEV_SHM [$(ls -A /dev/shm | tr "\\n" " ")]"; exit $rc')
+        full = ["unshare", "-m", "--propagation", "private", "sh", "-c", shell, "emulated-host",
+                *cmd]
+        kwargs = {"process_group": 0 if h == 0 else procs[0].pid}
+        procs.append(subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=base_env(), cwd=WORKERS, **kwargs))
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=200)
+            outs.append((p.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        os.killpg(procs[0].pid, 9)
+        for p in procs:
+            p.communicate()
+        pytest.fail("torchrun --nnodes=2 across emulated hosts did not end within 200 s")
+    text = "\n".join(f"--- agent exit {rc}\n{out}\n{err[-4000:]}" for rc, out, err in outs)
+    for rc, out, _ in outs:
+        assert rc == 0, text
+        assert not failures(out), text
+        assert "LEFT_IN_DEV_SHM []" in out, text
+    everything = "".join(out for _, out, _ in outs)
+    for r in range(4):
+        assert f"DONE rank={r}" in everything, text
+    digests = {line.split()[2] for line in everything.splitlines() if line.startswith("DIGEST ")}
+    assert len(digests) == 1, text
