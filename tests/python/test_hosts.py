@@ -21,7 +21,8 @@ def _why_no_namespaces():
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot run unshare: {e}"
     if r.returncode != 0:
-        return f"cannot give a process its own /dev/shm (unshare -m as {os.getuid()}): {r.stderr.strip()}"
+        return (f"cannot give a process its own /dev/shm (unshare -m as uid {os.getuid()}): "
+                f"{r.stderr.strip()}")
     return None
 
 
@@ -133,7 +134,8 @@ def test_torchrun_two_nodes():
         # The first agent hosts the rendezvous store; both reach it at 127.0.0.1.
         cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
                "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
-               "--rdzv_id=shmdist-hosts-test", f"--rdzv_conf=is_host={'true' if h == 0 else 'false'}",
+               "--rdzv_id=shmdist-hosts-test",
+               f"--rdzv_conf=is_host={'true' if h == 0 else 'false'}",
                "--redirects", "2", "--tee", "2", str(WORKERS / "hosts.py"), "ops"]
         shell = ('mount -t tmpfs tmpfs /dev/shm && "$@"; rc=$?; '
                  'echo "LEFT_IN_DEV_SHM [$(ls -A /dev/shm | tr "\\n" " ")]"; exit $rc')

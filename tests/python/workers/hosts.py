@@ -33,7 +33,8 @@ if mode == "one_host":
     t = torch.full((2,), float(rank))
     dist.all_reduce(t)
     pg = c10d._get_default_group()
-    if not isinstance(pg, shmdist.torch.ProcessGroupHosts) and torch.equal(t, torch.full((2,), 6.0)):
+    if (not isinstance(pg, shmdist.torch.ProcessGroupHosts)
+            and torch.equal(t, torch.full((2,), 6.0))):
         say(f"ONE HOST rank={rank}")
     else:
         say(f"FAIL one_host rank={rank}: {pg!r} {t}")
@@ -164,7 +165,8 @@ def refusals():
     if rank == 0:
         expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
     expect_raises("across hosts", lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG))
-    expect_raises("across hosts", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
+    expect_raises("across hosts",
+                  lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
     if hasattr(dist, "all_to_all_single"):
         expect_raises("across hosts",
                       lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world)))
