@@ -7,8 +7,8 @@
 // Adding a collective: one row here (SHMDIST_COLLECTIVE_KINDS, the next code: codes travel in
 // fingerprints), its builder in coll/collectives.cpp (argument checks and point-to-point
 // schedule, and the call of its lane plan when the row says it has one), its entry point in
-// include/shmdist/process_group.hpp + pg/collectives.cpp and, for torch, its override in
-// python/src/collectives.cpp.
+// include/shmdist/process_group.hpp + pg/group_collectives.cpp and, for torch, its override in
+// python/src/backend_collectives.cpp.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The public embedding interface (shmdist/embedding.hpp) that needs a ProcessGroup's state:
 // the group built on bootstrap's join through a runtime's store, the peers check, groups with
-// given ids. (start_barrier and reject_collective are with the collectives, pg/collectives.cpp.)
+// given ids. (start_barrier and reject_collective are with the collectives, pg/group_collectives.cpp.)
 
 #include <shmdist/embedding.hpp>
 

@@ -1,9 +1,9 @@
-// ProcessGroupShm: construction, point-to-point and the barriers (collectives.cpp has the
+// ProcessGroupShm: construction, point-to-point and the barriers (backend_collectives.cpp has the
 // rest). Every call binds its tensors, posts shmdist non-blocking operations (shmdist's
 // ProcessGroup takes calls from any thread: job.hpp) and returns a ShmWork; torch waits on it
 // (at once unless async_op=True).
 
-#include "process_group.hpp"
+#include "backend.hpp"
 
 #include "tensor_bridge.hpp"
 #include <shmdist/embedding.hpp>

@@ -2,7 +2,7 @@
 // the coalesced forms), started non-blocking; torch waits on the Work unless async_op=True.
 // torch's options carry group ranks for roots; shmdist takes global ranks.
 
-#include "process_group.hpp"
+#include "backend.hpp"
 #include "tensor_bridge.hpp"
 #include <shmdist/embedding.hpp>
 

@@ -16,7 +16,7 @@
 #include "null_group.hpp"
 #include "overhead.hpp"
 #include <shmdist/embedding.hpp>
-#include "process_group.hpp"
+#include "backend.hpp"
 #include "tensor_bridge.hpp"
 
 namespace py = pybind11;
