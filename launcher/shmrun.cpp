@@ -23,13 +23,14 @@
 #include <shmdist/errors.hpp>
 #include <shmdist/version.hpp>
 
-#include "job/progress.hpp"
+#include "base/byte_size.hpp"
+#include "base/config.hpp"
+#include "base/cpus.hpp"
+#include "base/duration.hpp"
+#include "base/env.hpp"
+#include "job/launch_protocol.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
-#include "pg/config.hpp"
-#include "pg/duration.hpp"
-#include "pg/env.hpp"
-#include "segment/segment.hpp"
 
 namespace {
 
@@ -54,10 +55,10 @@ struct Settings {
 
 Settings check_options(const Options& opt) {
   Settings s;
-  s.ring_size = segment::default_ring_size(opt.nproc);
+  s.ring_size = job::default_ring_size(opt.nproc);
   if (!opt.ring_size.empty()) {
-    s.ring_size = segment::parse_byte_size(opt.ring_size, "--ring-size");
-    segment::check_ring_size(s.ring_size, "--ring-size");
+    s.ring_size = env::parse_byte_size(opt.ring_size, "--ring-size");
+    config::check_ring_size(s.ring_size, "--ring-size");
   }
   job::SupervisorOptions& sup = s.supervisor;
   sup.tag_output = opt.tag_output;
@@ -117,21 +118,15 @@ std::vector<std::pair<std::string, std::string>> torch_rendezvous_env() {
 
 // Forks the ranks, each with its environment, the segment descriptor, its CPU (--bind-to
 // core) and, with --tag-output, pipes for its output; hands each to the supervisor.
-void start_ranks(const Options& opt, const segment::Segment& seg, const std::string& name,
-                 const std::string& job_key, job::JobSupervisor& supervisor) {
-  const std::vector<int> cpus = job::allowed_cpus();
+void start_ranks(const Options& opt, const job::JobSegment& seg, const std::string& name,
+                 job::JobSupervisor& supervisor) {
+  const std::vector<int> cpus = cpus::allowed();
   const auto torch_env = torch_rendezvous_env();
   std::vector<int> parent_ends;  // owned by the supervisor once added; children must not keep them
   for (int r = 0; r < opt.nproc; ++r) {
     job::SpawnSpec spec;
     spec.inherit_fd = seg.fd();
-    spec.env = {{"RANK", std::to_string(r)},
-                {"WORLD_SIZE", std::to_string(opt.nproc)},
-                {"LOCAL_RANK", std::to_string(r)},
-                {"LOCAL_WORLD_SIZE", std::to_string(opt.nproc)},
-                {"SHMDIST_SEGMENT_FD", std::to_string(seg.fd())},
-                {"SHMDIST_SEGMENT", name},  // no name in /dev/shm: for diagnostics only
-                {"SHMDIST_JOB_KEY", job_key}};
+    spec.env = job::rank_environment(seg, r, name);
     spec.env.insert(spec.env.end(), torch_env.begin(), torch_env.end());
     if (opt.bind_to == "core") spec.cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -175,14 +170,13 @@ int run(const Options& opt, Settings settings) {
   // (setsid does not escape this).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // No name at all: a signal at any point of start-up can leave nothing in /dev/shm.
-  segment::Segment seg = segment::Segment::create_memfd(opt.nproc, settings.ring_size);
+  const job::JobSegment seg = job::create_job_segment(opt.nproc, settings.ring_size);
   const std::string name = "memfd:" + std::to_string(getpid());
-  const std::string job_key = segment::format_job_key(seg.header().job_key);
 
   job::JobSupervisor supervisor(seg, settings.supervisor);
   supervisor.install_signal_handling();
   try {
-    start_ranks(opt, seg, name, job_key, supervisor);
+    start_ranks(opt, seg, name, supervisor);
   } catch (const job::ExecFailed& e) {
     // Said once here, not by every rank; the ranks already started are stopped.
     supervisor.abort_startup();
@@ -234,7 +228,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("shmrun (shmdist) ") + shmdist::kVersionString);
   app.add_option("-n,--nproc", opt.nproc, "number of ranks to start")
       ->required()
-      ->check(CLI::Range(1, shmdist::segment::kMaxWorldSize));
+      ->check(CLI::Range(1, shmdist::job::kMaxRanks));
   app.add_flag("--tag-output", opt.tag_output, "prefix every output line with [rank]");
   app.add_option("--bind-to", opt.bind_to, "bind each rank to a CPU (core) or not (none)")
       ->check(CLI::IsMember({"none", "core"}))

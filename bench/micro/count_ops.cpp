@@ -75,7 +75,8 @@ std::vector<ProcessGroup> join_all(int n) {
   std::vector<ProcessGroup> pgs;
   for (int r = 0; r < n; ++r)
     pgs.push_back(shmdist::detail::ProcessGroupAccess::make(
-        std::make_shared<ProcessGroup::Impl>(seg, r, std::chrono::seconds(60), config, true)));
+        std::make_shared<ProcessGroup::Impl>(shmdist::detail::attach_world(
+            seg, r, std::chrono::seconds(60), config, /*supervised=*/true))));
   return pgs;
 }
 

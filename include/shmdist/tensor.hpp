@@ -14,24 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include <shmdist/dtype_table.hpp>
 #include <shmdist/errors.hpp>
 
 namespace shmdist {
 
+// Bool, UInt8, Int8, Int16, Int32, Int64, Float16, BFloat16, Float32, Float64: the rows of
+// shmdist/dtype_table.hpp, with their codes (0 ... 9).
 enum class DType : std::uint8_t {
-  Bool,
-  UInt8,
-  Int8,
-  Int16,
-  Int32,
-  Int64,
-  Float16,
-  BFloat16,
-  Float32,
-  Float64,
+#define SHMDIST_DTYPE_ENUMERATOR(name, code, ...) name = code,
+  SHMDIST_DTYPES(SHMDIST_DTYPE_ENUMERATOR)
+#undef SHMDIST_DTYPE_ENUMERATOR
 };
 
-inline constexpr int kNumDTypes = 10;
+#define SHMDIST_DTYPE_COUNT(...) +1
+inline constexpr int kNumDTypes = 0 SHMDIST_DTYPES(SHMDIST_DTYPE_COUNT);
+#undef SHMDIST_DTYPE_COUNT
 
 // torch-style aliases
 inline constexpr DType kBool = DType::Bool;
@@ -55,7 +53,7 @@ std::size_t element_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "torch.int64", "torch.float32", ...
 std::ostream& operator<<(std::ostream& os, DType dtype);  // writes dtype_name(dtype)
 bool is_floating_point(DType dtype);
-// Throws InvalidArgument unless `code` names one of the ten dtypes (used on untrusted input).
+// Throws InvalidArgument unless `code` names one of the table's dtypes (used on untrusted input).
 DType dtype_from_code(unsigned code);
 
 // IEEE binary16 and bfloat16 values as stored in tensors; convert with to_float/from_float.
@@ -71,26 +69,19 @@ Half half_from_float(float f);          // round to nearest even; overflow gives
 BFloat16 bfloat16_from_float(float f);  // round to nearest even; nan stays nan
 
 // The C++ element type of each dtype (used by Tensor::data<T>()).
+#define SHMDIST_DTYPE_IS_ELEMENT(name, code, element, ...) || std::is_same_v<T, element>
 template <class T>
-inline constexpr bool is_element_type_v =
-    std::is_same_v<T, bool> || std::is_same_v<T, std::uint8_t> || std::is_same_v<T, std::int8_t> ||
-    std::is_same_v<T, std::int16_t> || std::is_same_v<T, std::int32_t> ||
-    std::is_same_v<T, std::int64_t> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> ||
-    std::is_same_v<T, float> || std::is_same_v<T, double>;
+inline constexpr bool is_element_type_v = false SHMDIST_DTYPES(SHMDIST_DTYPE_IS_ELEMENT);
+#undef SHMDIST_DTYPE_IS_ELEMENT
 
 template <class T>
 constexpr DType dtype_of() {
   static_assert(is_element_type_v<T>, "not a shmdist element type");
-  if constexpr (std::is_same_v<T, bool>) return DType::Bool;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return DType::UInt8;
-  else if constexpr (std::is_same_v<T, std::int8_t>) return DType::Int8;
-  else if constexpr (std::is_same_v<T, std::int16_t>) return DType::Int16;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::Int32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::Int64;
-  else if constexpr (std::is_same_v<T, Half>) return DType::Float16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DType::BFloat16;
-  else if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else return DType::Float64;
+#define SHMDIST_DTYPE_OF(name, code, element, ...) \
+  if constexpr (std::is_same_v<T, element>) return DType::name;
+  SHMDIST_DTYPES(SHMDIST_DTYPE_OF)
+#undef SHMDIST_DTYPE_OF
+  return DType::Bool;  // not reached: is_element_type_v<T> holds for one row
 }
 
 // Converts `count` elements from `src` (dtype `from`) into `dst` (dtype `to`) bit-exactly as
@@ -105,7 +96,9 @@ void convert_elements(const void* src, DType from, void* dst, DType to, std::siz
 
 namespace detail {
 // Bytes per element by dtype code, for the inline accessors below.
-inline constexpr std::size_t kDTypeSize[kNumDTypes] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+#define SHMDIST_DTYPE_SIZE(name, code, element, storage, ...) sizeof(storage),
+inline constexpr std::size_t kDTypeSize[kNumDTypes] = {SHMDIST_DTYPES(SHMDIST_DTYPE_SIZE)};
+#undef SHMDIST_DTYPE_SIZE
 }  // namespace detail
 
 class Tensor {

@@ -1,10 +1,7 @@
-// Builders of the point-to-point collectives. Data algorithms (deterministic by construction,
-// every reduction evaluated in group-rank order by coll/reduce.hpp):
-//   all_reduce      reduce-scatter by slice (member j reduces slice j of every input), then
-//                   every member sends its reduced slice to all others
-//   reduce          the same reduce-scatter, then the reduced slices go to the root only
-//   reduce_scatter  member j receives part j from everyone and reduces it
-//   the others      direct sends between the members that own the data
+// The collectives' builders, one per row of coll/kinds.hpp: each checks its arguments, then
+// takes the route the table's chooser gives (choose_route: the world lane's plan, or the
+// point-to-point schedule the row describes, built here). Every reduction is evaluated in
+// group-rank order by coll/reduce.hpp, on either route.
 
 #include "coll/collectives.hpp"
 
@@ -12,9 +9,10 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/cpus.hpp"
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
-#include "engine/block_until.hpp"
+#include "engine/engine.hpp"
 
 namespace shmdist::coll {
 namespace {
@@ -55,6 +53,8 @@ class Builder {
   int n() const { return s_.group.size(); }
   int me() const { return s_.group.me; }
   bool ok() const { return !error_; }
+  // The data move on the world lane (coll/kinds.hpp's chooser, the one place that decides).
+  bool on_lane() const { return choose_route(kind_, s_.lane != nullptr, ok()) == Route::Lane; }
   std::span<const int> members() const { return s_.group.members; }
 
   void fail(const std::string& why) {
@@ -190,13 +190,10 @@ Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
   return sch->start();
 }
 
-// What a blocking lane call tells the engine while it waits (never registered as a task).
-class BlockedCall final : public engine::BackgroundTask {
+// What a blocking lane call tells the engine's waiter about itself: its name, whom it waits for.
+class BlockedCall final : public engine::WaitSubject {
  public:
   BlockedCall(const LaneCall& call, const CallContext& ctx) : call_(call), ctx_(ctx) {}
-  bool advance() override { return false; }
-  bool finished() const override { return call_.done(); }
-  void abandon(std::exception_ptr) override {}
   void awaited_peers(std::vector<int>& out) const override { call_.awaited(out); }
   std::string describe() const override { return ctx_.name(); }
 
@@ -204,6 +201,22 @@ class BlockedCall final : public engine::BackgroundTask {
   const LaneCall& call_;
   const CallContext& ctx_;
 };
+
+// A blocking lane call in the engine's waiter: the hang report shows a collective of `bytes`
+// (named by `what`, which also says whom it waits for); every advance() that moved is a
+// Look::Moved (the spin time restarts); it spins as for every member of the world awake,
+// however many sleep now (run_on_lane says why). Out of line: inlined into run_on_lane, GCC 12
+// warns (-Wmaybe-uninitialized, a false positive) about the Builder of barrier().
+[[gnu::noinline]] void wait_on_lane(const CallSetup& s, LaneCall& call, const BlockedCall& what,
+                                    std::uint64_t bytes) {
+  const engine::WaitFocus focus{engine::kBlockedCollective, -1, nullptr, {}, bytes, &what};
+  s.engine->wait_until(
+      [&] {
+        const bool moved = call.advance();
+        return call.done() ? engine::Look::Done : moved ? engine::Look::Moved : engine::Look::Idle;
+      },
+      focus, s.engine->spin_policy().choose(s.lane->world()));
+}
 
 // Polls of the lane before a blocking call enters the engine's waiting loop.
 constexpr int kLanePolls = 256;
@@ -236,13 +249,13 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     // the lane alone first (it delays progress on other operations by a few microseconds at
     // most), then the engine's waiting loop (progress, health checks, timeout, sleep). Not
     // when the world has more ranks than there are CPUs: every round needs every member to
-    // run, so a peer needs this CPU (even one asleep now: it is woken for this round), and
-    // the engine's loop yields it at every idle turn (crowd), for its crowded spin time after
-    // each round that moved (moves) before it sleeps.
-    const bool crowded = s.lane->world() > s.lane->cpus();
+    // run, so a peer needs this CPU (even one asleep now: it is woken for this round): the
+    // engine's waiter spins as for every member awake (crowded: it yields the CPU at every
+    // idle turn), and each round that moves (Look::Moved) restarts its spin time before it
+    // sleeps. The hang report shows a collective of `bytes`.
+    const bool crowded = cpus::oversubscribed(s.lane->world(), s.lane->cpus());
     if (!crowded && call.spin(kLanePolls)) return completed_collective();
-    s.engine->wait_until([&] { call.advance(); return call.done(); }, what, bytes,
-                         {s.lane->world(), s.lane->round_counter()});
+    wait_on_lane(s, call, what, bytes);
   } catch (...) {
     if (!call.done()) {
       auto sch = background();
@@ -263,7 +276,7 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     b.describe(tensor.dtype(), tensor.numel());
     r = b.root(root, "src");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_broadcast(*s.lane, tensor, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -292,7 +305,7 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     b.describe(tensor.dtype(), tensor.numel());
     b.op(op, tensor.dtype());
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -319,7 +332,7 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     b.op(op, tensor.dtype());
     r = b.root(root, "dst");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
@@ -350,7 +363,7 @@ Completion all_gather(const CallSetup& s, std::vector<Tensor>& outputs, const Te
     b.describe(input.dtype(), input.numel());
     b.list(outputs, "tensor_list", input.dtype(), &input, "tensor");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, &outputs, nullptr),
                        input.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(input); });
   auto sch = b.make();
@@ -370,7 +383,7 @@ Completion all_gather_into_tensor(const CallSetup& s, Tensor& output, const Tens
              "size x input elements = " + std::to_string(b.n()) + " x " +
              std::to_string(input.numel()));
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_all_gather(*s.lane, input, nullptr, bytes_of(output)),
                        input.nbytes() * b.n(), [&](Schedule& sch) {
                          sch.keep(input);
@@ -474,7 +487,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
     b.op(op, output.dtype());
     if (b.ok()) b.list(inputs, "input_list", output.dtype(), &output, "output");
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce_scatter(*s.lane, &inputs, nullptr, output, op, b.me()),
                        output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
@@ -498,7 +511,7 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
              "size x output elements = " + std::to_string(b.n()) + " x " +
              std::to_string(output.numel()));
   }
-  if (b.ok() && s.lane)
+  if (b.on_lane())
     return run_on_lane(s, b, plan_reduce_scatter(*s.lane, nullptr, bytes_of(input), output, op, b.me()),
                        input.nbytes(), [&](Schedule& sch) {
                          sch.keep(input);
@@ -629,7 +642,7 @@ Completion all_to_all_single(const CallSetup& s, Tensor& output, const Tensor& i
 // fingerprint exchange alone (every member hears from every other before it completes).
 Completion barrier(const CallSetup& s) {
   Builder b(s, Kind::Barrier);
-  if (s.lane) return run_on_lane(s, b, LanePlan{}, 0, [](Schedule&) {});
+  if (b.on_lane()) return run_on_lane(s, b, LanePlan{}, 0, [](Schedule&) {});
   return finish(b.make(), 0);
 }
 

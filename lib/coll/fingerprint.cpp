@@ -7,18 +7,10 @@
 #include <shmdist/distributed.hpp>
 
 #include "coll/reduce.hpp"
+#include "tensor/dtype_check.hpp"
 
 namespace shmdist::coll {
 namespace {
-
-bool has_op(Kind k) {
-  return k == Kind::AllReduce || k == Kind::Reduce || k == Kind::ReduceScatter ||
-         k == Kind::ReduceScatterTensor;
-}
-bool has_root(Kind k) {
-  return k == Kind::Broadcast || k == Kind::Reduce || k == Kind::Gather || k == Kind::Scatter;
-}
-const char* root_name(Kind k) { return k == Kind::Broadcast || k == Kind::Scatter ? "src" : "dst"; }
 
 std::string rank_text(int group_rank, const std::vector<int>& members) {
   std::string s = "group rank " + std::to_string(group_rank);
@@ -33,25 +25,6 @@ bool same_call(const Fingerprint& a, const Fingerprint& b) {
 }
 
 }  // namespace
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::Broadcast: return "broadcast";
-    case Kind::AllReduce: return "all_reduce";
-    case Kind::Reduce: return "reduce";
-    case Kind::AllGather: return "all_gather";
-    case Kind::AllGatherIntoTensor: return "all_gather_into_tensor";
-    case Kind::Gather: return "gather";
-    case Kind::Scatter: return "scatter";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::ReduceScatterTensor: return "reduce_scatter_tensor";
-    case Kind::AllToAll: return "all_to_all";
-    case Kind::AllToAllSingle: return "all_to_all_single";
-    case Kind::MonitoredBarrier: return "monitored_barrier";
-    case Kind::Barrier: return "barrier";
-  }
-  return "an unknown collective";
-}
 
 void encode(const CallDescription& call, int n, std::byte* wire) {
   std::memcpy(wire, &call.fp, sizeof(Fingerprint));
@@ -81,20 +54,22 @@ CallDescription decode(const std::byte* wire, int n) {
 std::string describe_call(const CallDescription& call, const std::vector<int>& members) {
   const Fingerprint& fp = call.fp;
   if (fp.magic != kFingerprintMagic) return "something that is not a shmdist collective";
-  const auto kind = static_cast<Kind>(fp.kind);
-  std::string s = std::string(kind_name(kind)) + "(";
+  const KindInfo* row = find_kind(fp.kind);
+  if (!row) return "collective code " + std::to_string(fp.kind) + " (unknown to this build)";
+  std::string s = std::string(row->name) + "(";
   if (fp.rejected) return s + "invalid arguments)";
-  if (has_op(kind)) s += std::string("op=") + reduce_op_name(static_cast<ReduceOp>(fp.op)) + ", ";
-  if (has_root(kind)) {
-    s += std::string(root_name(kind)) + "=";
+  if (row->op) s += std::string("op=") + reduce_op_name(static_cast<ReduceOp>(fp.op)) + ", ";
+  if (row->root) {
+    s += std::string(row->root) + "=";
     s += fp.root >= 0 && fp.root < static_cast<int>(members.size())
              ? std::to_string(members[fp.root])
              : std::to_string(fp.root);
     s += ", ";
   }
-  if (kind != Kind::MonitoredBarrier && kind != Kind::Barrier) {  // they carry no data
-    s += std::string(dtype_name(static_cast<DType>(fp.dtype)));
-    if (!has_splits(kind)) s += ", " + std::to_string(fp.count) + " elements";
+  if (row->data) {
+    s += fp.dtype < kNumDTypes ? std::string(dtype_name(static_cast<DType>(fp.dtype)))
+                               : "dtype code " + std::to_string(fp.dtype) + " (unknown to this build)";
+    if (!row->splits) s += ", " + std::to_string(fp.count) + " elements";
   }
   if (!s.empty() && s.back() == ' ') s.resize(s.size() - 2);
   return s + ")";
@@ -106,6 +81,20 @@ std::optional<std::string> verdict(std::span<const CallDescription> calls, int m
   const std::string tail =
       ". Every member must call the same collectives in the same order, with the same op, "
       "dtype, element counts and root; this call did nothing on any member";
+  // A code past this build's tables is another version's call, not a different call of ours:
+  // said as such, before any comparison would call it a disagreement.
+  for (int r = 0; r < n; ++r) {
+    const Fingerprint& fp = calls[r].fp;
+    if (fp.magic != kFingerprintMagic || r == me) continue;
+    const int rank = r < static_cast<int>(members.size()) ? members[r] : r;
+    const KindInfo* row = find_kind(fp.kind);
+    if (!row)
+      return what + ": peer rank " + std::to_string(rank) + " sent collective code " +
+             std::to_string(fp.kind) + " which this build does not know: it was built with a "
+             "newer shmdist; rebuild every rank from the same version";
+    if (row->data && !fp.rejected && fp.dtype >= kNumDTypes)
+      return what + ": " + detail::unknown_dtype_text(rank, fp.dtype);
+  }
   for (int r = 0; r < n; ++r) {
     if (!calls[r].fp.rejected) continue;
     if (r == me) return std::nullopt;  // this member throws its own error

@@ -12,33 +12,16 @@
 
 #include <shmdist/tensor.hpp>
 
-namespace shmdist::coll {
+#include "coll/kinds.hpp"
 
-enum class Kind : std::uint8_t {
-  Broadcast = 1,
-  AllReduce,
-  Reduce,
-  AllGather,
-  AllGatherIntoTensor,
-  Gather,
-  Scatter,
-  ReduceScatter,
-  ReduceScatterTensor,
-  AllToAll,
-  AllToAllSingle,
-  MonitoredBarrier,
-  Barrier,
-};
-const char* kind_name(Kind kind);
-// all_to_all and all_to_all_single: counts differ per pair, checked as a matrix (splits).
-inline bool has_splits(Kind k) { return k == Kind::AllToAll || k == Kind::AllToAllSingle; }
+namespace shmdist::coll {
 
 inline constexpr std::uint32_t kFingerprintMagic = 0x434f4c31;  // "COL1"
 
 // Plain bytes on the wire (and, later, in the segment's collective area).
 struct Fingerprint {
   std::uint32_t magic = kFingerprintMagic;
-  std::uint8_t kind = 0;      // Kind
+  std::uint8_t kind = 0;      // Kind (coll/kinds.hpp)
   std::uint8_t op = 0;        // ReduceOp, 0 when the collective has none
   std::uint8_t dtype = 0;     // DType
   std::uint8_t rejected = 0;  // 1: this member's own arguments were invalid

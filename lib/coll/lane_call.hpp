@@ -3,7 +3,8 @@
 // member's fingerprint, so agreement costs no round of its own).
 //
 // A blocking call runs its LaneCall in the caller's frame (no allocation, no background
-// task): lib/coll/collectives.cpp waits with Engine::wait_until and advances it from there.
+// task): lib/coll/collectives.cpp waits with Engine::wait_until and advances it from there
+// (each advance() that moved is a Look::Moved for the engine's waiter).
 // An async call, a call whose data then goes point-to-point, or a blocking call that timed
 // out or saw a peer fail, runs it inside a Schedule (coll/schedule.hpp) that the engine's
 // progress loop advances.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tensor/dtype_check.hpp"
 #include "tensor/element_io.hpp"
 #include "tensor/half_bits.hpp"
 
@@ -20,13 +21,16 @@ using detail::storage_t;
 using detail::store;
 
 template <DType D>
-inline constexpr bool is_floating_v = D == DType::Float16 || D == DType::BFloat16 ||
-                                      D == DType::Float32 || D == DType::Float64;
+inline constexpr bool is_floating_v = detail::dtype_kind<D>() == detail::DTypeKind::Floating;
 
 // How elements of D are widened for accumulation and narrowed back (rounded once).
 template <DType D>
 struct Accum {
   using S = storage_t<D>;
+  static_assert(detail::dtype_kind<D>() != detail::DTypeKind::Floating ||
+                    std::is_floating_point_v<S>,
+                "a floating dtype stored as bits needs an Accum specialization (how it widens "
+                "and narrows)");
   using A = S;
   static A widen(S s) { return s; }
   static S narrow(A a) { return a; }
@@ -186,10 +190,7 @@ void reduce_dtype(ReduceOp op, std::span<const std::byte* const> inputs, std::by
   }
 }
 
-bool floating(DType d) {
-  return d == DType::Float16 || d == DType::BFloat16 || d == DType::Float32 ||
-         d == DType::Float64;
-}
+bool floating(DType d) { return is_floating_point(d); }
 
 }  // namespace
 
@@ -241,18 +242,9 @@ void reduce_in_order(ReduceOp op, DType dtype, std::span<const std::byte* const>
 void reduce_in_order_scalar(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                             std::byte* out, std::size_t count, int divisor) {
   if (inputs.empty() || count == 0) return;
-  switch (dtype) {
-    case DType::Bool: return reduce_dtype<DType::Bool>(op, inputs, out, count, divisor);
-    case DType::UInt8: return reduce_dtype<DType::UInt8>(op, inputs, out, count, divisor);
-    case DType::Int8: return reduce_dtype<DType::Int8>(op, inputs, out, count, divisor);
-    case DType::Int16: return reduce_dtype<DType::Int16>(op, inputs, out, count, divisor);
-    case DType::Int32: return reduce_dtype<DType::Int32>(op, inputs, out, count, divisor);
-    case DType::Int64: return reduce_dtype<DType::Int64>(op, inputs, out, count, divisor);
-    case DType::Float16: return reduce_dtype<DType::Float16>(op, inputs, out, count, divisor);
-    case DType::BFloat16: return reduce_dtype<DType::BFloat16>(op, inputs, out, count, divisor);
-    case DType::Float32: return reduce_dtype<DType::Float32>(op, inputs, out, count, divisor);
-    case DType::Float64: return reduce_dtype<DType::Float64>(op, inputs, out, count, divisor);
-  }
+  detail::visit_dtype(dtype, [&](auto row) {
+    reduce_dtype<row.value>(op, inputs, out, count, divisor);
+  });
 }
 
 }  // namespace shmdist::coll

@@ -282,6 +282,8 @@ namespace shmdist::coll::simd {
 HWY_EXPORT(reduce_floating);
 
 bool has_kernel(ReduceOp op, DType dtype) {
+  // The dtypes with vector kernels (reduce_floating's switch), all of the table's floating
+  // ones today; a new floating dtype runs the scalar path until it gets a kernel.
   const bool floating = dtype == DType::Float16 || dtype == DType::BFloat16 ||
                         dtype == DType::Float32 || dtype == DType::Float64;
   const bool arithmetic = op == ReduceOp::SUM || op == ReduceOp::AVG ||

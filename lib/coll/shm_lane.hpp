@@ -42,7 +42,8 @@
 //     reach r+2 before the reader has published r+1. Flags only increase and are never
 //     reset, so a stale load merely delays.
 // Waking: after each release store the rank issues the doorbell protocol's notifier half
-// (fence F_n, seq_cst or the light half of an asymmetric pair, then wake every armed peer: wait/doorbell.hpp explains why no wake-up is
+// (wait::Notifier: fence F_n, seq_cst or the light half of an asymmetric pair, then wake every
+// armed peer: wait/doorbell.hpp and wait/notifier.hpp explain why no wake-up is
 // lost against a waiter that arms, fences and re-checks these flags in the engine's progress
 // loop before sleeping).
 #pragma once
@@ -54,7 +55,7 @@
 
 #include "coll/fingerprint.hpp"
 #include "segment/segment.hpp"
-#include "wait/doorbell.hpp"
+#include "wait/notifier.hpp"
 
 namespace shmdist::coll {
 
@@ -70,12 +71,13 @@ class ShmLane {
     return payload <= kInlineLimit ? kInlineAt : segment::kCollSlotHeader;
   }
 
-  ShmLane(std::shared_ptr<segment::Segment> segment, int rank);
+  // `cpus`: the job's CPU count (cpus::for_job), for the collectives' crowded test.
+  ShmLane(std::shared_ptr<segment::Segment> segment, int rank, int cpus);
 
   int world() const { return world_; }
   int rank() const { return rank_; }
   std::size_t slot_size() const { return slot_size_; }
-  int cpus() const { return cpus_; }  // online CPUs of the host (at least 1)
+  int cpus() const { return cpus_; }  // the CPUs the job's ranks share (at least 1)
 
   // World collectives use the lane one at a time, in call order.
   std::uint64_t take_ticket() { return ++issued_; }
@@ -83,7 +85,6 @@ class ShmLane {
   void end_turn() { ++served_; }
 
   std::uint64_t round() const { return round_; }  // the last round this rank published
-  const std::uint64_t* round_counter() const { return &round_; }  // for Engine::wait_until
   // This rank's slot for round() + 1 (its header, then the data area).
   std::byte* next_slot() const { return slot(rank_, (round_ + 1) & 1); }
   // Step 2: publishes round() + 1.
@@ -122,9 +123,9 @@ class ShmLane {
   int world_;
   std::size_t slot_size_;
   std::vector<std::byte*> slots_;              // rank * 2 + parity
-  std::vector<wait::DoorbellWords> doorbells_;  // every peer's (not this rank's)
+  std::vector<int> peers_;  // every rank but this one
+  wait::Notifier notifier_;  // every rank's doorbell
   int cpus_ = 1;
-  bool asymmetric_fences_ = false;  // this process may use light notifier fences
   std::uint64_t round_ = 0;
   int arrived_scan_ = 0;  // peers below this index are known to have arrived at round_
   std::uint64_t issued_ = 0, served_ = 0;

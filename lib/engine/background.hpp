@@ -11,9 +11,19 @@
 
 namespace shmdist::engine {
 
-class BackgroundTask {
+// A call a wait is for that knows whom it still waits for (a collective): the waiter asks it
+// in its peer checks and error texts (WaitFocus::subject), never per message.
+class WaitSubject {
  public:
-  virtual ~BackgroundTask() = default;
+  virtual ~WaitSubject() = default;
+  // Global ranks the call still waits for (PeerFailure checks, Timeout texts).
+  virtual void awaited_peers(std::vector<int>& out) const = 0;
+  // What the call is, for error texts: "all_reduce (call #3 on the world group)".
+  virtual std::string describe() const = 0;
+};
+
+class BackgroundTask : public WaitSubject {
+ public:
   // Moves the task forward as far as it can without blocking; returns whether anything moved.
   // Called from the engine's progress loop: it may start point-to-point operations (isend,
   // irecv) and touch shared memory, but must neither block nor call back into progress.
@@ -22,10 +32,7 @@ class BackgroundTask {
   virtual bool finished() const = 0;
   // The engine is going away with the task unfinished: fail its completion with `error`.
   virtual void abandon(std::exception_ptr error) = 0;
-  // Global ranks the task still waits for (PeerFailure checks, Timeout texts).
-  virtual void awaited_peers(std::vector<int>& out) const = 0;
-  // What the task is, for error texts: "all_reduce (call #3 on the world group)".
-  virtual std::string describe() const = 0;
+  // awaited_peers() and describe() (WaitSubject): whom the task still waits for, what it is.
 };
 
 }  // namespace shmdist::engine

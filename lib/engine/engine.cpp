@@ -1,6 +1,9 @@
-// The engine's point-to-point entry points and its send queues.
+// The engine's point-to-point entry points (with the fast paths of blocking send and receive),
+// entering the engine, progress, and failing what is pending. The matcher is matcher.cpp,
+// the send queues send_queues.cpp, the waiter waiter.hpp and waiter.cpp.
 
-#include "engine/block_until.hpp"
+#include "base/cpus.hpp"
+#include "engine/engine.hpp"
 #include "engine/operation_pool.hpp"
 
 #include <utility>
@@ -15,13 +18,15 @@ namespace shmdist::engine {
 // of PAUSEs: a typical ping-pong turnaround, far below the spin phase of block_until).
 constexpr unsigned kDirectSpins = 200;
 
-Engine::Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
-               std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)),
+Engine::Engine(transport::Link link, wait::SpinPolicy spin, std::chrono::milliseconds timeout)
+    : peers_(std::move(link.peers)),
+      waker_(std::move(link.waker)),
+      transport_(std::move(link.bytes)),
       rank_(transport_->rank()),
       world_(transport_->world_size()),
       spin_(spin),
-      timeout_(timeout) {
+      timeout_(timeout),
+      waiter_(*transport_, *waker_, *peers_, lock_, spin_, all_peers_) {
   const int world = transport_->world_size();
   inflight_.resize(world);
   unexpected_from_.resize(world);
@@ -60,92 +65,6 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
   return sends;
 }
 
-// ---- sends ----------------------------------------------------------------------------------
-
-void Engine::setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key) {
-  op.kind = Operation::Kind::Send;
-  op.peer = dst;
-  op.set_view(tensor);
-  op.out.env = {rank(), key, op.view.dtype, op.view.numel, op.view.nbytes};
-  op.out.next = op.view.data;
-}
-
-// Sends to one destination leave in call order: a send may write straight into the ring only
-// when nothing is queued before it.
-void Engine::start_send(Operation& op) {
-  auto& queue = send_queues_[op.peer];
-  if (queue.empty()) {
-    transport_->send_some(op.peer, op.out);
-    if (op.out.done()) {
-      end_send(op);
-      return;
-    }
-    sending_to_.push_back(op.peer);
-  }
-  queue.push_back(&op);
-}
-
-bool Engine::push_sends() {
-  bool moved = false;
-  for (std::size_t i = 0; i < sending_to_.size();) {
-    const int dst = sending_to_[i];
-    auto& queue = send_queues_[dst];
-    while (!queue.empty()) {
-      Operation* op = queue.front();
-      moved |= transport_->send_some(dst, op->out);
-      if (!op->out.done()) break;
-      queue.pop_front();
-      end_send(*op);
-    }
-    if (queue.empty()) {
-      sending_to_[i] = sending_to_.back();
-      sending_to_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  return moved;
-}
-
-// A blocking send gives up. Not yet started: it is simply dropped. Already started: the
-// receiver is in the middle of the message, so the rest is copied and finished in the
-// background; otherwise the stream to that peer would be cut mid-message.
-void Engine::withdraw_send(Operation& op) {
-  auto& queue = send_queues_[op.peer];
-  auto it = std::find(queue.begin(), queue.end(), &op);
-  if (it == queue.end()) return;
-  // A single-copy offer is revoked, or (if the receiver is reading the buffer right now)
-  // waited for; the send may turn out complete.
-  if (op.out.started) transport_->release_outbound(op.peer, op.out);
-  if (!op.out.started || op.out.done()) {
-    const bool head = it == queue.begin();
-    queue.erase(it);
-    if (queue.empty()) std::erase(sending_to_, op.peer);
-    // The next send to that peer may start now: if another thread of this rank sleeps on
-    // it, no peer would ring for this.
-    if (head) wake_sleepers();
-    return;
-  }
-  auto orphan = std::make_shared<Operation>();
-  orphan->kind = Operation::Kind::Send;
-  orphan->peer = op.peer;
-  orphan->out = op.out;
-  const std::uint64_t rest = op.out.env.nbytes - op.out.sent;
-  orphan->owned_copy.reset(new std::byte[rest ? rest : 1]);
-  if (rest) std::memcpy(orphan->owned_copy.get(), op.out.next, rest);
-  orphan->out.next = orphan->owned_copy.get();
-  orphan->keepalive = orphan;
-  *it = orphan.get();
-}
-
-// A queued send fails without being withdrawn (the group ends): its memory may go away, so
-// the transport must stop referring to it first.
-void Engine::drop_send(Operation& op, std::exception_ptr e) {
-  if (op.kind == Operation::Kind::Send && op.out.started && !op.out.done())
-    transport_->release_outbound(op.peer, op.out);
-  fail_operation(op, std::move(e));
-}
-
 void Engine::finish_operation(Operation& op) {
   op.complete();
   auto keep = std::move(op.keepalive);  // may free `op` when this returns
@@ -156,15 +75,58 @@ void Engine::fail_operation(Operation& op, std::exception_ptr e) {
   auto keep = std::move(op.keepalive);
 }
 
-// A transport never throws from send_some for one message's failure (the call making
-// progress may be an unrelated one): it marks the message, and the failure goes to its send.
-void Engine::end_send(Operation& op) {
-  if (op.out.failure) [[unlikely]]
-    return fail_operation(op, std::make_exception_ptr(PeerFailure(*op.out.failure)));
-  finish_operation(op);
+// ---- progress ------------------------------------------------------------------------------
+
+bool Engine::progress(int preferred, bool full_scan) {
+  bool moved = transport_->poll(*this, preferred, full_scan);
+  if (!tasks_.empty()) moved |= advance_tasks();
+  if (!sending_to_.empty()) moved |= push_sends();
+  transport_->flush();
+  return moved;
+}
+
+void Engine::add_task(std::shared_ptr<BackgroundTask> task) {
+  task->advance();
+  if (!task->finished()) tasks_.push_back(std::move(task));
+}
+
+// Tasks advance in start order; a task may start point-to-point operations here, which
+// push_sends (after this) and the next poll pick up.
+bool Engine::advance_tasks() {
+  bool moved = false;
+  for (std::size_t i = 0; i < tasks_.size(); ++i) moved |= tasks_[i]->advance();
+  std::erase_if(tasks_, [](const auto& t) { return t->finished(); });
+  return moved;
+}
+
+std::size_t Engine::pending_operations() const {
+  std::size_t n = 0;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) ++n;
+  for (const auto& q : send_queues_) n += q.size();
+  for (const Inflight& f : inflight_) n += f.receiver != nullptr;
+  return n + tasks_.size();
 }
 
 // ---- entry points ---------------------------------------------------------------------------
+
+std::optional<Engine::Entry> Engine::try_enter(const char* call, Clock::duration limit) {
+  if (lock_.held_by_this_thread()) return Entry{};
+  if (!lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
+  lock_.set_call(call);
+  return Entry{&lock_};
+}
+
+Engine::Entry Engine::enter(const char* call, Clock::duration limit) {
+  if (std::optional<Entry> entry = try_enter(call, limit)) [[likely]]
+    return std::move(*entry);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
+  throw Timeout(std::string(call) + " on rank " + std::to_string(rank_) + " timed out after " +
+                std::to_string(ms) + " ms waiting to enter the engine: another thread of this "
+                "process is inside it (in " + lock_.call() + ") and did not let it in. A call "
+                "lets others in whenever it waits, so that thread is stuck in work that does "
+                "not wait (stopped by a debugger or a signal?). Raise InitOptions::timeout if "
+                "it is just slow.");
+}
 
 // The fast path of a blocking send: nothing is queued to `dst` and the whole message goes
 // into the ring at once, so no Operation is built (building and destroying one costs more
@@ -216,7 +178,7 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
   }
   if (!done) {
     (this->*withdraw)(op);
-    throw_timeout(focus, timeout_);
+    waiter_.throw_timeout(focus, timeout_);
   }
 }
 
@@ -248,7 +210,8 @@ int Engine::try_receive_direct(Tensor& tensor, int src, const MatchKey& key) {
   if (result != transport::DirectResult::Empty) [[likely]]
     return result == transport::DirectResult::Received ? from : -1;
   // Not there yet: spin for it, unless more ranks are awake than there are CPUs.
-  const bool crowded = world_ > spin_.cpus && spin_.choose(transport_->awake_ranks()).yield;
+  const bool crowded =
+      cpus::oversubscribed(world_, spin_.cpus) && spin_.choose(waker_->awake_ranks()).yield;
   const unsigned tries = crowded ? 0 : kDirectSpins;
   for (unsigned i = 0; i < tries; ++i) {
     wait::cpu_relax();
@@ -367,12 +330,12 @@ bool Engine::wait(Operation& op, std::optional<std::chrono::milliseconds> timeou
     if (op.kind == Operation::Kind::Collective) {
       task = op.task.lock();
       focus.op = kBlockedCollective;
-      focus.task = task.get();
+      focus.subject = task.get();
     }
     const bool done = block_until([&] { return !op.pending(); }, focus, limit);
     if (!done) {
       if (timeout) return false;
-      throw_timeout(focus, limit);
+      waiter_.throw_timeout(focus, limit);
     }
   }
   if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);

@@ -25,53 +25,17 @@
 #include "engine/background.hpp"
 #include "engine/engine_lock.hpp"
 #include "engine/operation.hpp"
-#include "segment/layout.hpp"
-#include "transport/transport.hpp"
+#include "engine/waiter.hpp"
+#include "transport/link.hpp"
 #include "wait/spin.hpp"
 
 namespace shmdist::engine {
 
-using Clock = std::chrono::steady_clock;
 using detail::Operation;
-
-// Codes for BlockedInfo::op (shown in hang reports): they live beside the shared record.
-using segment::blocked_op_name;
-using segment::BlockedOp;
-using segment::kBlockedBarrier;
-using segment::kBlockedCollective;
-using segment::kBlockedDestroy;
-using segment::kBlockedRecv;
-using segment::kBlockedSend;
-using segment::kBlockedWait;
-
-// Which peers a wait depends on, for error texts and peer checks.
-struct WaitFocus {
-  std::uint32_t op = 0;  // BlockedOp
-  int peer = -1;         // the one peer it needs, or -1
-  const std::vector<int>* candidates = nullptr;  // any-source: the group's members (global)
-  MatchKey key;
-  std::uint64_t bytes = 0;
-  const BackgroundTask* task = nullptr;  // a collective: it knows whom it still waits for
-  // A collective on the world lane: every one of these ranks must run before the wait can
-  // end (each lane round needs every member), so the wait counts as crowded when they
-  // outnumber the CPUs, however many of them are asleep at the moment (a sleeper needs a CPU
-  // as soon as it is woken for this very round). 0: only the ranks awake count.
-  int crowd = 0;
-  // A counter the waited-for call advances whenever it moves (the lane's round), or null:
-  // each change restarts the spin time, so a long call that keeps moving round after round
-  // does not fall asleep between its rounds.
-  const std::uint64_t* moves = nullptr;
-};
-
-// What a blocking collective tells Engine::wait_until beyond its name (WaitFocus::crowd, ::moves).
-struct CollectiveWait {
-  int crowd = 0;
-  const std::uint64_t* moves = nullptr;
-};
 
 class Engine : public transport::InboundHandler, public std::enable_shared_from_this<Engine> {
  public:
-  Engine(std::unique_ptr<transport::Transport> transport, wait::SpinPolicy spin,
+  Engine(transport::Link link, wait::SpinPolicy spin,
          std::chrono::milliseconds timeout);
   ~Engine() override;
 
@@ -133,14 +97,19 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // Registers a task that progress() drives until it is finished, and advances it once.
   void add_task(std::shared_ptr<BackgroundTask> task);
-  // A blocking collective that drives itself in its caller's frame (lib/coll/): spins, then
-  // sleeps, until done() returns true, making progress on everything else meanwhile. `task`
-  // (not registered) names the call and whom it waits for, for Timeout and PeerFailure texts
-  // and peer checks. Throws Timeout after the process group's timeout, PeerFailure as every
-  // wait does, and whatever done() throws. Defined in engine/block_until.hpp.
-  template <class Done>
-  void wait_until(Done&& done, const BackgroundTask& task, std::uint64_t bytes,
-                  CollectiveWait how = {});
+  // A blocking call of a layer above that drives itself in its caller's frame (lib/coll/'s
+  // calls on the world lane): spins, then sleeps, until until() says it is done (a bool, or a
+  // Look: Moved restarts the spin time), making progress on everything else meanwhile.
+  // `focus` is what the hang report shows and whom the call waits for (focus.subject names it
+  // in Timeout and PeerFailure texts and peer checks); `spin`, if set, how it spins (Waiter).
+  // Throws Timeout after the process group's timeout, PeerFailure as every wait does, and
+  // whatever until() throws.
+  template <class Until>
+  void wait_until(Until&& until, const WaitFocus& focus, SpinChoice spin = std::nullopt) {
+    if (!block_until(until, focus, timeout_, spin)) waiter_.throw_timeout(focus, timeout_);
+  }
+  // The job's spin policy (for a caller that chooses its wait's SpinChoice).
+  const wait::SpinPolicy& spin_policy() const { return spin_; }
 
   // Operations of this rank not yet complete (posted receives, queued sends, in flight).
   std::size_t pending_operations() const;
@@ -148,7 +117,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // For a wait outside the engine that needs every rank (torch's store-based barrier):
   // throws PeerFailure naming the rank if a peer ended abnormally or the job was aborted.
   // Never blocks; peers' processes are polled at most every health-check interval.
-  void check_peers(const std::string& waiting_for);
+  void check_peers(const std::string& waiting_for) { waiter_.check_peers(waiting_for); }
 
   // new_group's bookkeeping (groups.cpp): this rank's group `id` (1, 2, ... in creation order)
   // has the sorted global ranks `members` and signature `sig`. Every message on a group is
@@ -162,9 +131,9 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   // Runs at every health check (a blocked call's, check_peers'): for a layer above that keeps
   // something needing a periodic look (the identity claim's listen queues,
-  // pg/identity_claim.hpp). Set once, before the engine is shared; must be cheap and must
+  // bootstrap/identity_claim.hpp). Set once, before the engine is shared; must be cheap and must
   // not throw.
-  void set_health_hook(std::function<void()> hook) { health_hook_ = std::move(hook); }
+  void set_health_hook(std::function<void()> hook) { waiter_.set_health_hook(std::move(hook)); }
 
  private:
   struct Unexpected {
@@ -188,7 +157,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   transport::InboundSink* on_message_start(const transport::Envelope& env) override;
   void on_message_complete(transport::InboundSink* sink, const transport::Envelope& env) override;
 
-  // matching.cpp
+  // matcher.cpp
   Operation* take_posted_match(const transport::Envelope& env);
   void attach_receiver(Inflight& f, Operation& op);
   void to_unexpected(Inflight& f);
@@ -211,26 +180,30 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   // that number, otherwise saying it is not.
   std::string group_text_for(std::uint32_t id, std::uint32_t sig) const;
 
-  // sends
-  void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  // engine.cpp: entry points, progress
   const std::vector<int>* intern_candidates(const std::vector<int>& candidates);
   void send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
                      const transport::OutboundMessage* begun);
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
   void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
-  void start_send(Operation& op);
   static std::shared_ptr<Operation> completed_send();
-  bool push_sends();
-  void withdraw_send(Operation& op);
-  void drop_send(Operation& op, std::exception_ptr e);
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
-  // A send whose message is done: completed, or failed if the transport says it failed on
-  // the receiver's side (out.failure).
-  void end_send(Operation& op);
   // Fails every pending operation and task with `error` (destructor, finalize, abandon);
   // returns how many sends it failed.
   std::size_t fail_all_pending(std::exception_ptr error);
+  bool progress(int preferred, bool full_scan);
+  bool advance_tasks();
+
+  // send_queues.cpp: one FIFO per destination
+  void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
+  void start_send(Operation& op);
+  bool push_sends();
+  void withdraw_send(Operation& op);
+  void drop_send(Operation& op, std::exception_ptr e);
+  // A send whose message is done: completed, or failed if the transport says it failed on
+  // the receiver's side (out.failure).
+  void end_send(Operation& op);
 
   // finalize.cpp: destroy_process_group is drain, tally, fail what is left, report.
   struct Tally;  // the user's messages never received and receives never matched, by peer
@@ -238,30 +211,28 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   Tally tally_unfinished() const;
   void write_report(std::ostream& report, const Tally& tally, const std::string& problem) const;
 
-  // waiting.cpp and block_until.hpp
-  bool progress(int preferred, bool full_scan);
-  bool advance_tasks();
+  // The waiter's hooks into this engine (Waiter::block_until): inline, no virtual call.
+  struct WaiterHooks {
+    Engine* e;
+    bool progress(int preferred, bool full_scan) const { return e->progress(preferred, full_scan); }
+    std::size_t pending_operations() const { return e->pending_operations(); }
+  };
   // Spins, then sleeps, until done() (true) or the deadline (false), making progress on
   // every pending operation meanwhile. Throws PeerFailure when the wait cannot succeed.
   template <class Done>
-  bool block_until(Done&& done, const WaitFocus& focus, Clock::duration limit);
-  void publish_blocked(const WaitFocus& focus);
-  void check_failures(const WaitFocus& focus);
-  template <class What>
-  void fail_on_abnormal_end(What&& what);
-  [[noreturn]] void throw_timeout(const WaitFocus& focus, Clock::duration waited);
-  std::string describe(const WaitFocus& focus) const;
-  // After a change made by this thread alone that another thread's sleeping wait may be
-  // waiting for (a send withdrawn from the head of its destination's queue, operations
-  // failed): wakes the rank's sleepers, which no peer would wake for it.
-  void wake_sleepers();
+  bool block_until(Done&& done, const WaitFocus& focus, Clock::duration limit,
+                   SpinChoice spin = std::nullopt) {
+    return waiter_.block_until(done, WaiterHooks{this}, focus, limit, spin);
+  }
+  void wake_sleepers() { waiter_.wake_sleepers(); }
 
   EngineLock lock_;
-  // Threads of this rank asleep in block_until (between arm and disarm). Under lock_.
-  int sleepers_ = 0;
-  // Waits of this rank's threads that published what they are blocked on. Under lock_.
-  int blocked_waits_ = 0;
 
+  // The link (transport/link.hpp): bytes on the fast path; sleeping and peers' health only
+  // on slow paths (a wait that found nothing, a timeout, destroy). Declared so that the
+  // transport, which may use the other two, is destroyed first.
+  std::shared_ptr<transport::Peers> peers_;
+  std::shared_ptr<transport::Waker> waker_;
   std::unique_ptr<transport::Transport> transport_;
   int rank_;
   int world_;
@@ -280,7 +251,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::deque<std::vector<int>> candidate_lists_;  // intern_candidates (stable addresses)
   std::vector<GroupRecord> groups_;  // by id - 1
   std::string group_disagreement_;
-  std::function<void()> health_hook_;  // set_health_hook
+  Waiter waiter_;  // after what it refers to: the link, lock_, spin_, all_peers_
   bool finalized_ = false;
 };
 

@@ -15,7 +15,7 @@
 // operation of the rank, whoever posted it, so a thread that sleeps is never needed for its
 // own operation to move: another thread's progress may complete it, and then a peer's
 // doorbell ring (its publication came after this thread armed) or the re-check under the lock
-// tells it (block_until.hpp).
+// tells it (waiter.hpp).
 #pragma once
 
 #include <sched.h>

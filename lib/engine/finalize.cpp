@@ -7,7 +7,7 @@
 #include <tuple>
 #include <sstream>
 
-#include "engine/block_until.hpp"
+#include "engine/engine.hpp"
 
 namespace shmdist::engine {
 namespace {
@@ -73,13 +73,13 @@ std::string Engine::drain() {
   } catch (const Error& e) {
     problem = e.what();
   }
-  transport_->mark_finalized();
+  peers_->mark_finalized();
   if (!problem.empty()) return problem;
   try {
     // 2. Everyone else finalizes (or ends): after that nothing new can arrive.
     auto all_quiet = [&] {
       for (int p : all_peers_)
-        if (transport_->peer_state(p).status == transport::PeerStatus::Running) return false;
+        if (peers_->peer_state(p).status == transport::PeerStatus::Running) return false;
       return true;
     };
     if (!block_until(all_quiet, focus, deadline - Clock::now()))
@@ -154,7 +154,7 @@ void Engine::abandon(Clock::duration flush_limit, bool mark, std::ostream& repor
   } catch (const Error&) {
     // The job failed meanwhile: nothing more to deliver.
   }
-  if (mark) transport_->mark_finalized();
+  if (mark) peers_->mark_finalized();
   const std::size_t unsent = fail_all_pending(std::make_exception_ptr(
       NotInitialized("the process ended without destroy_process_group while this operation "
                      "was pending")));

@@ -19,7 +19,9 @@ namespace {
 
 // Runs in the child between fork and exec/body. Only async-signal-safe work would be strictly
 // correct in a multi-threaded parent; launchers fork from their main thread before starting
-// others, and launch() documents that its caller should not hold locks other threads need.
+// others, and launch() documents that its rank function must not take locks the host's other
+// threads use (docs/embedding.md: glibc's malloc is usable in the child, ASan's in GCC 12 is
+// not when another thread was inside it at the fork).
 void prepare_child(const SpawnSpec& spec, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect
@@ -126,17 +128,6 @@ pid_t spawn_function(const SpawnSpec& spec, const std::function<int()>& body) {
     _exit(code);
   }
   return pid;
-}
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
 }
 
 }  // namespace shmdist::job

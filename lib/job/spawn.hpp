@@ -45,7 +45,4 @@ pid_t spawn_program(const SpawnSpec& spec, const std::vector<std::string>& argv)
 // Forks and runs `body` in the child, which then _exit()s with its return value.
 pid_t spawn_function(const SpawnSpec& spec, const std::function<int()>& body);
 
-// The CPUs this process may run on, in order.
-std::vector<int> allowed_cpus();
-
 }  // namespace shmdist::job

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <dirent.h>
-#include <sys/syscall.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 
 #include <shmdist/errors.hpp>
 
+#include "base/process_alive.hpp"
 #include "job/diagnosis.hpp"
 #include <algorithm>
 #include "segment/job_state.hpp"
@@ -26,30 +26,6 @@ namespace shmdist::job {
 using segment::EndKind;
 
 namespace {
-// Through syscall(): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++.
-int pidfd_open(pid_t pid, unsigned flags) {
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, flags));
-}
-int pidfd_send_signal(int pidfd, int sig, siginfo_t* info, unsigned flags) {
-  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, info, flags));
-}
-
-// waitid's P_PIDFD (Linux 5.4), which glibc 2.36 headers do not name.
-constexpr idtype_t kPidfd = static_cast<idtype_t>(3);
-
-// Waits (or with WNOHANG, looks) for the child behind `pidfd`. Returns 1 with `info` filled
-// when it has ended, 0 when it has not, -1 when its status is not ours to take (ECHILD: the
-// kernel reaped it because SIGCHLD is ignored, or another waiter did).
-int wait_pidfd(int pidfd, siginfo_t& info, int flags) {
-  for (;;) {
-    info = siginfo_t{};
-    if (waitid(kPidfd, static_cast<id_t>(pidfd), &info, WEXITED | flags) == 0)
-      return info.si_pid != 0 ? 1 : 0;
-    if (errno == EINTR) continue;
-    return -1;
-  }
-}
-
 // Our children that are not ranks: orphans re-parented to us (we are a child subreaper).
 // /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN, so scan /proc for our ppid.
 struct Child {
@@ -92,7 +68,11 @@ bool RankResult::failed() const {
 }
 
 JobSupervisor::JobSupervisor(const segment::Segment& segment, SupervisorOptions options)
-    : segment_(segment), options_(std::move(options)) {}
+    : segment_(segment),
+      options_(std::move(options)),
+      watchdog_(segment, WatchdogOptions{options_.name, options_.job_timeout, options_.hang_report,
+                                         options_.timeout_setting, options_.hang_report_setting,
+                                         options_.handle_signals}) {}
 
 JobSupervisor::~JobSupervisor() {
   for (int fd : pidfds_)
@@ -117,7 +97,7 @@ void JobSupervisor::add_rank(int rank, pid_t pid, int out_fd, int err_fd) {
   r.pid = pid;
   // A pidfd becomes readable when the child exits: reaping needs no SIGCHLD handler, and a
   // signal sent through it never reaches a later process that reuses the pid.
-  const int pidfd = pidfd_open(pid, 0);  // close-on-exec always
+  const int pidfd = detail::open_pidfd(pid);  // close-on-exec always
   if (pidfd < 0 && errno != ESRCH) {
     adopt_unadded(pid);
     throw SetupError(std::string("pidfd_open failed: ") + std::strerror(errno));
@@ -140,10 +120,10 @@ void JobSupervisor::add_rank(int rank, pid_t pid, int out_fd, int err_fd) {
 bool JobSupervisor::reap(std::size_t i) {
   RankResult& r = ranks_[i];
   siginfo_t info{};
-  int got = wait_pidfd(pidfds_[i], info, WNOHANG | WNOWAIT);
+  int got = detail::wait_pidfd(pidfds_[i], info, WNOHANG | WNOWAIT);
   if (got == 0) return false;
   if (got > 0 && options_.rank_process_groups) kill(-r.pid, SIGKILL);
-  if (got > 0) got = wait_pidfd(pidfds_[i], info, WNOHANG);
+  if (got > 0) got = detail::wait_pidfd(pidfds_[i], info, WNOHANG);
   if (got > 0) on_rank_exit(r, info);
   else on_status_lost(r);
   return true;
@@ -231,11 +211,11 @@ void JobSupervisor::abort_startup() {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     RankResult& r = ranks_[i];
     if (r.ended) continue;
-    pidfd_send_signal(pidfds_[i], SIGKILL, nullptr, 0);
+    detail::pidfd_signal(pidfds_[i], SIGKILL);
     siginfo_t info{};
-    if (options_.rank_process_groups && wait_pidfd(pidfds_[i], info, WNOWAIT) > 0)
+    if (options_.rank_process_groups && detail::wait_pidfd(pidfds_[i], info, WNOWAIT) > 0)
       kill(-r.pid, SIGKILL);
-    wait_pidfd(pidfds_[i], info, 0);
+    detail::wait_pidfd(pidfds_[i], info, 0);
     r.ended = true;
   }
   // Forked but never added: still our unreaped children, so their pids are still theirs.
@@ -253,7 +233,7 @@ void JobSupervisor::signal_live(int sig) {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     RankResult& r = ranks_[i];
     if (r.ended) continue;
-    pidfd_send_signal(pidfds_[i], sig, nullptr, 0);
+    detail::pidfd_signal(pidfds_[i], sig);
     r.stopped_with = sig;
   }
 }
@@ -266,7 +246,7 @@ void JobSupervisor::end_left_behind() {
     std::vector<pollfd> fds;
     for (const Child& child : children_of_this_process()) {
       const pid_t pid = child.pid;
-      const int fd = pidfd_open(pid, 0);
+      const int fd = detail::open_pidfd(pid);
       if (fd < 0) continue;
       if (!child.zombie) {
         std::string comm;
@@ -274,7 +254,7 @@ void JobSupervisor::end_left_behind() {
         std::fprintf(stderr, "%s: ending pid %d (%s), which a rank started and left running\n",
                      options_.name.c_str(), static_cast<int>(pid), comm.c_str());
       }
-      pidfd_send_signal(fd, SIGTERM, nullptr, 0);
+      detail::pidfd_signal(fd, SIGTERM);
       fds.push_back({fd, POLLIN, 0});
     }
     if (fds.empty()) return;
@@ -282,9 +262,9 @@ void JobSupervisor::end_left_behind() {
     for (pollfd& p : fds) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now());
       if (poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count()))) <= 0)
-        pidfd_send_signal(p.fd, SIGKILL, nullptr, 0);
+        detail::pidfd_signal(p.fd, SIGKILL);
       siginfo_t info{};
-      wait_pidfd(p.fd, info, 0);
+      detail::wait_pidfd(p.fd, info, 0);
       close(p.fd);
     }
   }
@@ -378,13 +358,10 @@ void JobSupervisor::drain_stream(Stream& s, bool final) {
 // ---- the loop -------------------------------------------------------------------------------
 
 int JobSupervisor::run() {
-  const auto started = Clock::now();
-  const auto job_deadline = options_.job_timeout.count() > 0 ? started + options_.job_timeout
-                                                             : Clock::time_point::max();
+  watchdog_.start(Clock::now());
   std::size_t live = 0;
   for (const RankResult& r : ranks_) live += !r.ended;
   std::vector<pollfd> fds;
-  next_sample_ = started;
   while (live > 0) {
     fds.clear();
     for (std::size_t i = 0; i < ranks_.size(); ++i)
@@ -393,8 +370,7 @@ int JobSupervisor::run() {
     if (signal_fd_ >= 0) fds.push_back({signal_fd_, POLLIN, 0});
 
     auto now = Clock::now();
-    Clock::time_point next = job_deadline;
-    if (options_.hang_report.count() > 0 && !stopping_) next = std::min(next, next_sample_);
+    Clock::time_point next = stopping_ ? Clock::time_point::max() : watchdog_.next_check();
     if (stopping_ && !term_sent_) next = std::min(next, term_at_);
     if (stopping_ && !kill_sent_) next = std::min(next, kill_at_);
     int wait_ms = -1;
@@ -416,13 +392,8 @@ int JobSupervisor::run() {
     if (signal_fd_ >= 0 && (fds[k].revents & POLLIN)) handle_signal();
 
     now = Clock::now();
-    if (!stopping_ && live > 0) watch_for_hangs(now);
-    if (!stopping_ && now >= job_deadline) {
+    if (!stopping_ && live > 0 && watchdog_.check(now, view())) {
       timed_out_ = true;
-      std::fprintf(stderr, "%s: the job did not finish within its %s of %lld ms\n",
-                   options_.name.c_str(), options_.timeout_setting.c_str(),
-                   static_cast<long long>(options_.job_timeout.count()));
-      print_report("timeout");
       fail_job(-1);
     }
     if (stopping_ && !term_sent_ && now >= term_at_) {
@@ -445,43 +416,18 @@ int JobSupervisor::run() {
   return output_errno_[0] || output_errno_[1] ? 1 : 0;
 }
 
-// Samples the job's progress a few times per hang_report interval; reports a stall once.
-void JobSupervisor::watch_for_hangs(Clock::time_point now) {
-  if (options_.hang_report.count() <= 0 || now < next_sample_) return;
-  const auto every = std::clamp(options_.hang_report / 4, std::chrono::milliseconds(10),
-                                std::chrono::milliseconds(1000));
-  next_sample_ = now + every;
-  std::vector<int> pids;
-  std::vector<bool> ended;
-  for (const RankResult& r : ranks_) {
-    pids.push_back(r.ended ? 0 : r.pid);
-    ended.push_back(r.ended);
-  }
-  tracker_.observe(sample_progress(segment_, pids), now);
-  bool moved = false;
-  for (int r = 0; r < tracker_.world(); ++r) moved |= tracker_.moved_last(r);
-  if (moved) hang_reported_ = false;
-  if (hang_reported_) return;
-  const std::string verdict = hang_verdict(segment_, tracker_, ended, now, options_.hang_report);
-  if (verdict.empty()) return;
-  hang_reported_ = true;
-  const auto secs = static_cast<double>(options_.hang_report.count()) / 1000.0;
-  std::fprintf(stderr,
-               "%s: the job looks hung: %s for %g s (the job keeps running; SIGUSR1 prints this "
-               "again; %s sets the interval, 0 switches it off)\n",
-               options_.name.c_str(), verdict.c_str(), secs, options_.hang_report_setting.c_str());
-  print_report("no progress");
-}
-
-void JobSupervisor::print_report(const char* why) const {
+// What the supervisor knows of its ranks beyond the segment: their pids while they run, and
+// how each that has ended did.
+JobView JobSupervisor::view() const {
   JobView view;
   for (const RankResult& r : ranks_) {
     view.pids.push_back(r.ended ? 0 : r.pid);
     view.ended.push_back(r.ended ? segment::describe_end(r.kind, r.code) : std::string());
   }
-  view.tracker = tracker_.observed_twice() ? &tracker_ : nullptr;
-  print_hang_report(segment_, std::cerr, options_.name, why, &view);
+  return view;
 }
+
+void JobSupervisor::print_report(const char* why) const { watchdog_.print_report(why, view()); }
 
 void JobSupervisor::print_summary() const {
   const std::string& me = options_.name;

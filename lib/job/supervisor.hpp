@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "job/progress.hpp"
+#include "job/diagnosis.hpp"
+#include "job/watchdog.hpp"
 #include "segment/segment.hpp"
 
 namespace shmdist::job {
@@ -29,7 +30,7 @@ struct SupervisorOptions {
   std::chrono::milliseconds term_grace{2000};  // then SIGTERM, and SIGKILL after this
   bool tag_output = false;                     // prefix each output line with "[rank] "
   bool handle_signals = false;                 // SIGINT/TERM/HUP forwarded, SIGUSR1 reports
-  // Print the hang report once when the job stalls this long (0: never); see job/progress.hpp.
+  // Print the hang report once when the job stalls this long (0: never); see job/watchdog.hpp.
   std::chrono::milliseconds hang_report{30'000};
   // How users set the job timeout and the hang report, for messages.
   std::string timeout_setting = "--timeout";
@@ -97,7 +98,7 @@ class JobSupervisor {
   void on_rank_exit(RankResult& r, const siginfo_t& info);
   void on_status_lost(RankResult& r);
   bool reap(std::size_t i);
-  void watch_for_hangs(Clock::time_point now);
+  JobView view() const;
   void end_left_behind();
   int blamed_rank(int failing) const;
   void fail_job(int rank);
@@ -111,9 +112,7 @@ class JobSupervisor {
   std::vector<RankResult> ranks_;
   std::vector<int> pidfds_;
   std::vector<pid_t> unadded_;
-  ProgressTracker tracker_;
-  Clock::time_point next_sample_{};
-  bool hang_reported_ = false;  // this stall was reported; reset when something moves
+  Watchdog watchdog_;  // the job timeout and the hang report (job/watchdog.hpp)
   std::vector<Stream> streams_;
   int output_errno_[2] = {0, 0};  // why tagged output to stdout / stderr failed; 0 if it did not
   int signal_fd_ = -1;

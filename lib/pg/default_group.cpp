@@ -14,6 +14,7 @@ namespace shmdist {
 namespace {
 std::unique_ptr<ProcessGroup> g_default;
 thread_local ProcessGroup* t_default = nullptr;
+thread_local detail::Rejoin t_rejoin;
 
 // exit() (and a return from main) runs this before static destructors, with the exit status:
 // a default group still initialized then ends without waiting for its peers.
@@ -38,6 +39,7 @@ ProcessGroup& current() {
 
 namespace detail {
 ProcessGroup* set_thread_default(ProcessGroup* pg) { return std::exchange(t_default, pg); }
+Rejoin set_thread_rejoin(Rejoin rejoin) { return std::exchange(t_rejoin, std::move(rejoin)); }
 ProcessGroup& default_process_group() { return current(); }
 }  // namespace detail
 
@@ -48,13 +50,15 @@ void init_process_group(const std::string& backend, const InitOptions& options) 
                           "alias so that torch programs port unchanged)");
   if (t_default) {  // a rank of launch(): it joined the job before the rank function ran
     if (t_default->is_initialized()) return;
+    // Destroyed: join a fresh job among the same ranks, as under shmrun (launch.cpp).
     const ProcessGroup::Impl* was = detail::ProcessGroupAccess::impl_or_null(*t_default);
-    throw InvalidArgument(
-        "init_process_group on rank " + std::to_string(was ? was->rank : -1) +
-        ": this rank of a job started by launch() destroyed the group launch() gave it, which "
-        "serves the rank function's whole run and cannot be initialized again (its slot in "
-        "the job is used up). Destroy it last, or return from the rank function and launch() "
-        "again; under shmrun a rank may initialize again after destroy_process_group");
+    if (!t_rejoin)
+      throw InvalidArgument("init_process_group on rank " + std::to_string(was ? was->rank : -1) +
+                            ": this thread's default group was destroyed and cannot be "
+                            "initialized again here (only the thread launch() started for the "
+                            "rank can)");
+    *t_default = detail::ProcessGroupAccess::make(t_rejoin(options));
+    return;
   }
   if (g_default && g_default->is_initialized())
     throw InvalidArgument(

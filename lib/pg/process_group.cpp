@@ -4,8 +4,9 @@
 #include <iostream>
 #include <set>
 
+#include "base/cpus.hpp"
+#include "base/env.hpp"
 #include "engine/group_name.hpp"
-#include "pg/env.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
 #include "transport/shm_transport.hpp"
@@ -38,27 +39,21 @@ inline void check_tensor(const Tensor& t, const char* call) {
 
 }  // namespace
 
-ProcessGroup::Impl::Impl(std::shared_ptr<segment::Segment> seg, int r,
-                         std::chrono::milliseconds t, const config::Config& config,
-                         bool is_supervised, const detail::TransportWrap& wrap)
-    : segment(std::move(seg)), rank(r), segment_rank(r), world(segment->world_size()), timeout(t),
-      supervised(is_supervised) {
-  const bool threads = segment->header().flags & segment::kThreadMode;
-  const std::uint64_t single_copy =
-      config.single_copy.value_or(threads ? config::kDefaultSingleCopy : 0);
-  auto shm = std::make_unique<transport::ShmTransport>(segment, rank, supervised,
-                                                       config.health_check, single_copy);
-  std::unique_ptr<transport::Transport> transport =
-      wrap ? wrap(std::move(shm)) : std::unique_ptr<transport::Transport>(std::move(shm));
-  rank = transport->rank();
-  world = transport->world_size();
-  const auto spin =
-      wait::SpinPolicy::for_job(config.spin_us, config.local_cpus, config.health_check);
-  engine = std::make_shared<engine::Engine>(std::move(transport), spin, timeout);
+ProcessGroup::Impl::Impl(detail::JoinedWorld joined)
+    : segment(std::move(joined.segment)), rank(joined.rank), segment_rank(joined.segment_rank),
+      world(joined.world), timeout(joined.timeout), supervised(joined.supervised),
+      after_destroy(std::move(joined.after_destroy)) {
+  const config::Config& config = joined.config;
+  // The job's CPU count, one answer for the engine's spin policy and the world lane.
+  const int cpus = cpus::for_job(config.local_cpus);
+  const auto spin = wait::SpinPolicy::for_job(config.spin_us, cpus, config.health_check);
+  engine = std::make_shared<engine::Engine>(std::move(joined.link), spin, timeout);
+  if (joined.health_hook) engine->set_health_hook(std::move(joined.health_hook));
   // The world group's collectives use the segment's lane only when the segment holds the
   // whole world (one host); a job across hosts runs them over point-to-point, whose
   // transports route each peer (same host: shared memory, other hosts: MPI).
-  if (segment->world_size() == world) world_lane = std::make_unique<coll::ShmLane>(segment, r);
+  if (segment->world_size() == world)
+    world_lane = std::make_unique<coll::ShmLane>(segment, segment_rank, cpus);
   auto w = std::make_shared<detail::GroupInfo>();
   w->owner = this;
   for (int i = 0; i < world; ++i) w->members.push_back(i);
@@ -78,7 +73,7 @@ const std::vector<int>& Group::ranks() const {
 // ---- lifetime -------------------------------------------------------------------------------
 
 ProcessGroup::ProcessGroup(const InitOptions& options)
-    : impl_(detail::join_from_environment(options)) {}
+    : impl_(std::make_shared<Impl>(detail::join_from_environment(options))) {}
 ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {

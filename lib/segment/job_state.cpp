@@ -79,9 +79,9 @@ std::string describe_job_failure(const Segment& seg) {
       case AbortReason::Startup:
         return "the job was aborted while it started (a rank could not be launched)";
       case AbortReason::SharedIdentity:
-        return "the job was aborted while its ranks met: a second job was started with the same "
-               "identity (a second rank 0, or two processes for one rank), so some ranks here "
-               "may be that job's. Give each job its own identity (its own MASTER_PORT for "
+        return "the job was aborted because a second job was started with the same identity "
+               "while its ranks met (a second rank 0, or two processes for one rank), so some "
+               "ranks here may be that job's. Give each job its own identity (its own MASTER_PORT for "
                "torchrun-style variables, or start it with shmrun) and start both again";
       case AbortReason::None:
         break;

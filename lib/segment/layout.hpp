@@ -4,17 +4,17 @@
 //   [SegmentHeader]                        one per job, offset 0
 //   [RankControl x world]                  one per rank: doorbell, ready hints, state, blocked-on
 //   [RingControl x world*(world-1)]        one per ordered pair: the consumer's published tail
-//   [CollControl x world]                  one per rank: unused since version 8
 //   [collective slots x world*2]           per rank and parity: a kLine header (its round
 //                                          flag first, CollSlotHead), then
 //                                          default_coll_slot_size(world) bytes, page aligned
 //   [ring data x world*(world-1)]          ring_size bytes each, page aligned, last
 //
 // Size, page-rounded where marked:
-//   pages(2*kLine + world*4*kLine + world*(world-1)*2*kLine + world*2*kLine)
+//   pages(2*kLine + world*4*kLine + world*(world-1)*2*kLine)
 //   + world*2*pages(kLine + coll_slot_size) + world*(world-1)*ring_size
 //
-// Bump kLayoutVersion whenever anything here changes meaning or size.
+// Bump kLayoutVersion whenever anything here changes meaning or size. (9: the per-rank
+// CollControl lines, unused since 8, are gone; the header says where the slots start.)
 #pragma once
 
 #include <atomic>
@@ -24,7 +24,7 @@
 namespace shmdist::segment {
 
 inline constexpr std::uint64_t kMagic = 0x5453'4944'4d48'5301ULL;  // "\x01SHMDIST" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 8;
+inline constexpr std::uint32_t kLayoutVersion = 9;
 // 128, not 64: adjacent-line prefetchers make pairs of 64-byte lines interfere (folly Align.h).
 inline constexpr std::size_t kLine = 128;
 inline constexpr std::size_t kPage = 4096;
@@ -75,7 +75,7 @@ struct SegmentHeader {
   std::uint64_t job_key;      // random per job: tells a stale segment from this job's
   std::int32_t creator_pid;
   std::uint32_t flags;        // kThreadMode, ...
-  std::uint64_t coll_control_offset;  // the collective area (CollControl x world, then slots)
+  std::uint64_t coll_slot_offset;     // the collective area: its slots, page aligned
   std::uint64_t coll_slot_size;       // data bytes per collective slot
   char reserved1[kLine - 104];
 
@@ -174,15 +174,6 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 2 * kLine);
 
-// One per rank in the collective area. Unused since layout version 8 (the round flags moved
-// into the slot headers, CollSlotHead, so that a small round's flag, fingerprint and payload
-// share a line); kept so that the area's size and offsets stay as documented.
-struct CollControl {
-  alignas(kLine) std::atomic<std::uint64_t> unused0;
-  alignas(kLine) std::atomic<std::uint64_t> unused1;
-};
-static_assert(sizeof(CollControl) == 2 * kLine);
-
 // A collective slot starts with one line of header, then data. The header's first word is
 // the slot's round flag: the last round whose contents (header and data) its owner has
 // written there (only the owner stores it, with release, and it only increases: rounds of
@@ -210,7 +201,6 @@ struct Geometry {
   std::uint64_t rank_control_offset = 0;
   std::uint64_t ring_control_offset = 0;
   std::uint64_t ring_data_offset = 0;
-  std::uint64_t coll_control_offset = 0;
   std::uint64_t coll_slot_offset = 0;
   std::uint64_t coll_slot_size = 0;    // data bytes per slot
   std::uint64_t coll_slot_stride = 0;  // kCollSlotHeader + data, page aligned
@@ -225,9 +215,7 @@ struct Geometry {
     g.ring_control_offset = g.rank_control_offset + std::uint64_t{world_size} * sizeof(RankControl);
     // The collective area sits before the ring data, so that the last ring ends the segment
     // (a guard page follows every mapping: a read past the last ring faults).
-    g.coll_control_offset = g.ring_control_offset + rings * sizeof(RingControl);
-    g.coll_slot_offset =
-        align_up(g.coll_control_offset + std::uint64_t{world_size} * sizeof(CollControl), kPage);
+    g.coll_slot_offset = align_up(g.ring_control_offset + rings * sizeof(RingControl), kPage);
     g.coll_slot_size = default_coll_slot_size(world_size);
     g.coll_slot_stride = align_up(kCollSlotHeader + g.coll_slot_size, kPage);
     g.ring_data_offset = g.coll_slot_offset + std::uint64_t{world_size} * 2 * g.coll_slot_stride;

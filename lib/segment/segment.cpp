@@ -7,7 +7,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -15,11 +14,9 @@
 
 #include <shmdist/errors.hpp>
 
-#include "segment/private_object.hpp"
+#include "base/config.hpp"
 
 namespace shmdist::segment {
-namespace bip = boost::interprocess;
-
 namespace {
 
 std::string mib(std::uint64_t bytes) {
@@ -31,14 +28,6 @@ std::uint64_t random_u64() {
   if (getrandom(&v, sizeof v, 0) != sizeof v)
     throw SetupError(std::string("getrandom failed: ") + std::strerror(errno));
   return v;
-}
-
-std::string random_name() {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "shmdist-%u-%016llx%016llx", static_cast<unsigned>(getuid()),
-                static_cast<unsigned long long>(random_u64()),
-                static_cast<unsigned long long>(random_u64()));
-  return buf;
 }
 
 void check_world_size(int world_size) {
@@ -60,7 +49,8 @@ void check_room(std::uint64_t needed) {
 
 // Maps a segment with an inaccessible guard page right after it, so that a read or write
 // past its end (its last ring is the last thing in it) faults at once instead of touching
-// whatever mapping happens to follow. Unmap with unmap_guarded.
+// whatever mapping happens to follow. Unmap with unmap_guarded. (Not Boost.Interprocess's
+// mapped_region, which cannot map in front of a reserved page: segment/named_object.hpp.)
 void* map_guarded(std::size_t size, int flags, int fd) {
   void* reserve = mmap(nullptr, size + kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
@@ -91,37 +81,8 @@ std::string format_job_key(std::uint64_t job_key) {
   return text;
 }
 
-void check_ring_size(std::uint64_t ring_size, const std::string& what) {
-  const bool pow2 = ring_size != 0 && (ring_size & (ring_size - 1)) == 0;
-  if (!pow2 || ring_size < kMinRingSize || ring_size > kMaxRingSize)
-    throw SetupError(what + " = " + std::to_string(ring_size) +
-                     " bytes: expected a power of two from " + std::to_string(kMinRingSize) +
-                     " (4K) to " + std::to_string(kMaxRingSize) + " (1G), for example 64K or 1M");
-}
-
-std::uint64_t parse_byte_size(const std::string& text, const std::string& what) {
-  std::size_t i = 0;
-  std::uint64_t value = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (value > (std::uint64_t{1} << 50))
-      throw SetupError(what + " = '" + text + "' is too large");
-    value = value * 10 + std::uint64_t(text[i] - '0');
-    ++i;
-  }
-  std::string unit = text.substr(i);
-  std::uint64_t scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") scale = std::uint64_t{1} << 10;
-  else if (unit == "M" || unit == "MiB") scale = std::uint64_t{1} << 20;
-  else if (unit == "G" || unit == "GiB") scale = std::uint64_t{1} << 30;
-  if (i == 0 || scale == 0)
-    throw SetupError(what + " = '" + text +
-                     "' is not a byte size: expected a number with an optional K, M or G "
-                     "suffix (powers of 1024), for example 65536, 64K or 1M");
-  if (value > UINT64_MAX / scale)
-    throw SetupError(what + " = '" + text + "' is too large: a ring holds at most 1G");
-  return value * scale;
-}
+// The ring sizes a job accepts (base/config.hpp) are ones the layout can hold.
+static_assert(config::kMinRingSize == kMinRingSize && config::kMaxRingSize == kMaxRingSize);
 
 Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
 
@@ -131,8 +92,6 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     geometry_ = o.geometry_;
-    name_ = std::move(o.name_);
-    o.name_.clear();
     fd_ = std::exchange(o.fd_, -1);
     rank_names_ = std::move(o.rank_names_);
   }
@@ -150,15 +109,6 @@ void Segment::close_fd() {
   fd_ = -1;
 }
 
-void Segment::unlink_name() {
-  if (!name_.empty()) remove_name(name_);
-  name_.clear();
-}
-
-void Segment::remove_name(const std::string& name) {
-  bip::shared_memory_object::remove(name.c_str());
-}
-
 RankControl& Segment::rank_control(int rank) const {
   auto* p = static_cast<std::byte*>(base_) + geometry_.rank_control_offset;
   return reinterpret_cast<RankControl*>(static_cast<void*>(p))[rank];
@@ -167,11 +117,6 @@ RankControl& Segment::rank_control(int rank) const {
 RingControl& Segment::ring_control(int src, int dst) const {
   auto* p = static_cast<std::byte*>(base_) + geometry_.ring_control_offset;
   return reinterpret_cast<RingControl*>(static_cast<void*>(p))[geometry_.ring_index(src, dst)];
-}
-
-CollControl& Segment::coll_control(int rank) const {
-  auto* p = static_cast<std::byte*>(base_) + geometry_.coll_control_offset;
-  return reinterpret_cast<CollControl*>(static_cast<void*>(p))[rank];
 }
 
 std::byte* Segment::coll_slot(int rank, int parity) const {
@@ -195,7 +140,7 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
   h->rank_control_offset = geometry_.rank_control_offset;
   h->ring_control_offset = geometry_.ring_control_offset;
   h->ring_data_offset = geometry_.ring_data_offset;
-  h->coll_control_offset = geometry_.coll_control_offset;
+  h->coll_slot_offset = geometry_.coll_slot_offset;
   h->coll_slot_size = geometry_.coll_slot_size;
   h->job_key = random_u64();
   h->creator_pid = getpid();
@@ -207,57 +152,16 @@ void Segment::map_and_init(int world_size, std::uint64_t ring_size) {
   for (int s = 0; s < world_size; ++s)
     for (int d = 0; d < world_size; ++d)
       if (s != d) new (&ring_control(s, d)) RingControl{};
-  for (int r = 0; r < world_size; ++r) {
-    new (&coll_control(r)) CollControl{};
+  for (int r = 0; r < world_size; ++r)
     for (int parity = 0; parity < 2; ++parity) new (coll_slot(r, parity)) CollSlotHead{};
-  }
   // The magic number goes last, with release: a process that opens the segment by name
   // while we initialise it sees magic == 0 ("not ready yet") or a complete layout.
   std::atomic_ref<std::uint64_t>(h->magic).store(kMagic, std::memory_order_release);
 }
 
-Segment Segment::create_named(int world_size, std::uint64_t ring_size, const std::string& name,
-                              bool* already_exists) {
-  check_world_size(world_size);
-  check_ring_size(ring_size, "ring size");
-  Segment seg;
-  seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
-  check_room(seg.geometry_.total_size);
-  seg.name_ = name.empty() ? random_name() : name;
-  try {
-    bip::permissions perm(0600);
-    bip::shared_memory_object shm(bip::create_only, seg.name_.c_str(), bip::read_write, perm);
-    // Our own descriptor, close-on-exec from the start (launchers decide what children
-    // inherit): never an inheritable moment that a fork+exec in another thread could catch.
-    seg.fd_ = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
-  } catch (const bip::interprocess_exception& e) {
-    std::string n = seg.name_;
-    seg.name_.clear();
-    if (already_exists && e.get_error_code() == bip::already_exists_error) {
-      *already_exists = true;
-      return Segment{};
-    }
-    throw SetupError("cannot create shared-memory object '" + n + "': " + e.what() +
-                     ". Check that /dev/shm is mounted and writable.");
-  }
-  // From here on a failure must not leave the name behind in /dev/shm.
-  struct RemoveNameOnFailure {
-    Segment* seg;
-    ~RemoveNameOnFailure() {
-      if (seg) seg->unlink_name();
-    }
-  } guard{&seg};
-  if (seg.fd_ < 0)
-    throw SetupError(std::string("cannot duplicate the shared segment's descriptor: ") +
-                     std::strerror(errno));
-  seg.size_map_and_init(world_size, ring_size);
-  guard.seg = nullptr;
-  return seg;
-}
-
 Segment Segment::create_on_fd(int fd, int world_size, std::uint64_t ring_size) {
   check_world_size(world_size);
-  check_ring_size(ring_size, "ring size");
+  config::check_ring_size(ring_size, "ring size");
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   check_room(seg.geometry_.total_size);
@@ -293,7 +197,7 @@ void Segment::size_map_and_init(int world_size, std::uint64_t ring_size) {
 
 Segment Segment::create_anonymous(int world_size, std::uint64_t ring_size) {
   check_world_size(world_size);
-  check_ring_size(ring_size, "ring size");
+  config::check_ring_size(ring_size, "ring size");
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   seg.size_ = seg.geometry_.total_size;
@@ -340,7 +244,7 @@ Geometry Segment::validate(const void* base, std::size_t mapped_size, int expect
   const std::uint64_t ring = read(h.ring_size), total = read(h.total_size),
                       rank_ctl = read(h.rank_control_offset),
                       ring_ctl = read(h.ring_control_offset), data = read(h.ring_data_offset),
-                      coll_ctl = read(h.coll_control_offset), coll_slot = read(h.coll_slot_size);
+                      slots = read(h.coll_slot_offset), slot_size = read(h.coll_slot_size);
   if (magic != kMagic) fail("wrong magic number");
   if (version != kLayoutVersion)
     fail("layout version " + std::to_string(version) + ", expected " +
@@ -358,8 +262,8 @@ Geometry Segment::validate(const void* base, std::size_t mapped_size, int expect
     fail("ring size " + std::to_string(ring) + " is not a power of two in range");
   const Geometry g = Geometry::compute(world, ring);
   if (rank_ctl != g.rank_control_offset || ring_ctl != g.ring_control_offset ||
-      data != g.ring_data_offset || coll_ctl != g.coll_control_offset ||
-      coll_slot != g.coll_slot_size || total != g.total_size)
+      data != g.ring_data_offset || slots != g.coll_slot_offset ||
+      slot_size != g.coll_slot_size || total != g.total_size)
     fail("its offsets or total size disagree with its world and ring size");
   if (total != mapped_size)
     fail("the header says " + std::to_string(total) + " bytes but the object has " +
@@ -394,38 +298,6 @@ Geometry map_validated(int fd, int expected_world_size, void*& base, std::size_t
 // The descriptor stays the caller's (an inherited one is closed by the caller once mapped).
 Segment Segment::attach_fd(int fd, int expected_world_size) {
   Segment seg;
-  seg.geometry_ = map_validated(fd, expected_world_size, seg.base_, seg.size_);
-  return seg;
-}
-
-Segment Segment::attach_name(const std::string& name, int expected_world_size,
-                             const std::string& remedy) {
-  int fd = -1;
-  try {
-    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
-    fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
-  } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::not_found_error) return Segment{};
-    throw SetupError("cannot open shared-memory object '" + name + "': " + e.what());
-  }
-  if (fd < 0)
-    throw SetupError("cannot duplicate the descriptor of shared-memory object '" + name +
-                     "': " + std::strerror(errno));
-  Segment seg;
-  seg.fd_ = fd;
-  // Before anything of its contents is read: is it ours and private? (A predictable name can
-  // be created first by another user.)
-  require_private_object(fd, "/dev/shm/" + name, remedy);
-  // Not ready yet: the creator has not sized it, or not written the magic number (last).
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || std::size_t(st.st_size) < sizeof(SegmentHeader)) return Segment{};
-  void* base = mmap(nullptr, sizeof(SegmentHeader), PROT_READ, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return Segment{};
-  const std::uint64_t magic =
-      std::atomic_ref<std::uint64_t>(static_cast<SegmentHeader*>(base)->magic)
-          .load(std::memory_order_acquire);
-  munmap(base, sizeof(SegmentHeader));
-  if (magic == 0) return Segment{};
   seg.geometry_ = map_validated(fd, expected_world_size, seg.base_, seg.size_);
   return seg;
 }

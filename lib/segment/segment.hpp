@@ -1,6 +1,6 @@
-// A mapping of one job's shared segment in this process: creation (named with
-// Boost.Interprocess, or anonymous for fork/thread launches), attach and validation.
-// Holds no pointers into shared memory other than its own mapping base.
+// A mapping of one job's shared segment in this process: creation (in a memfd, in a named
+// object of segment/named_object.hpp, or anonymous for fork/thread launches), attach and
+// validation. Holds no pointers into shared memory other than its own mapping base.
 #pragma once
 
 #include <cstddef>
@@ -17,15 +17,11 @@ namespace shmdist::segment {
 // world*(world-1) rings within 256 MiB, but at least 64 KiB (64 ranks: 64 KiB rings, 252 MiB).
 std::uint64_t default_ring_size(int world_size);
 
-// Parses a byte size such as "65536", "64K", "64KiB", "1M", "1MiB". Throws SetupError naming
-// `what` (for example "--ring-size" or "SHMDIST_RING_SIZE").
-std::uint64_t parse_byte_size(const std::string& text, const std::string& what);
-
 // A job key as launchers pass it to ranks (SHMDIST_JOB_KEY): 16 lower-case hex digits.
 std::string format_job_key(std::uint64_t job_key);
 
-// Throws SetupError unless `ring_size` is a power of two within [kMinRingSize, kMaxRingSize].
-void check_ring_size(std::uint64_t ring_size, const std::string& what);
+// The ring sizes a job accepts, and parsing them from text: base/config.hpp
+// (config::check_ring_size), base/byte_size.hpp.
 
 class Segment {
  public:
@@ -36,30 +32,20 @@ class Segment {
   Segment& operator=(const Segment&) = delete;
   ~Segment();
 
-  // Creates a named POSIX shared-memory object (0600, exclusive, unguessable name) with
-  // Boost.Interprocess, checks /dev/shm has room, preallocates it (no SIGBUS later) and
-  // initialises the layout. The name stays until unlink_name(); the descriptor stays open.
-  // If `already_exists` is given and the name is taken, sets it and returns an invalid Segment.
-  static Segment create_named(int world_size, std::uint64_t ring_size,
-                              const std::string& name = {}, bool* already_exists = nullptr);
   // Sizes, preallocates, maps and initialises the (empty) shared-memory file behind `fd`. On
   // success the Segment owns `fd` (fd()); on failure (SetupError) it stays the caller's. For
   // objects created by the caller: the rendezvous (which locks it while it is incomplete) or
-  // a memfd.
+  // a memfd. (Named objects: segment/named_object.hpp, the one path, which locks an object
+  // while it is incomplete.)
   static Segment create_on_fd(int fd, int world_size, std::uint64_t ring_size);
   // Creates a memfd (no name anywhere, close-on-exec), preallocates and initialises it: what
   // shmrun hands its ranks as SHMDIST_SEGMENT_FD. Nothing can be left behind in /dev/shm.
   static Segment create_memfd(int world_size, std::uint64_t ring_size);
   // Creates an anonymous shared mapping (inherited across fork, shared by threads). No name.
   static Segment create_anonymous(int world_size, std::uint64_t ring_size);
-  // Maps an inherited descriptor of a segment created by create_named and validates it.
+  // Maps the descriptor of a segment (inherited, or of a named object) and validates it
+  // (SetupError on any mismatch). The descriptor stays the caller's.
   static Segment attach_fd(int fd, int expected_world_size);
-  // Opens a named segment and validates it (SetupError on any mismatch). Returns an invalid
-  // Segment if the name does not exist or its creator has not finished initialising it.
-  // An object not owned by the effective uid, or open to group/others, is a SetupError
-  // (require_private_object, with `remedy` as the advice) and is left in place.
-  static Segment attach_name(const std::string& name, int expected_world_size,
-                             const std::string& remedy = "start the job under another identity");
 
   // Checks a mapped header against the size of its mapping and an expected world size.
   // Untrusted input: used by attach and by the fuzz target.
@@ -70,17 +56,12 @@ class Segment {
   RankControl& rank_control(int rank) const;
   RingControl& ring_control(int src, int dst) const;
   std::byte* ring_data(int src, int dst) const;
-  CollControl& coll_control(int rank) const;
   std::byte* coll_slot(int rank, int parity) const;  // its kCollSlotHeader, then the data
   const Geometry& geometry() const { return geometry_; }
   int world_size() const { return static_cast<int>(geometry_.world_size); }
   std::uint64_t ring_size() const { return geometry_.ring_size; }
 
-  const std::string& name() const { return name_; }
   int fd() const { return fd_; }
-  // Removes the name from /dev/shm (the memory lives on while mapped). Idempotent.
-  void unlink_name();
-  static void remove_name(const std::string& name);
   // Closes the descriptor (the mapping stays valid).
   void close_fd();
   bool valid() const { return base_ != nullptr; }
@@ -101,7 +82,6 @@ class Segment {
   void* base_ = nullptr;
   std::size_t size_ = 0;
   Geometry geometry_;
-  std::string name_;
   int fd_ = -1;
   std::vector<int> rank_names_;  // empty: slot = rank
 };

@@ -1,7 +1,8 @@
 // Segment::create_memfd: shmrun's segment, a memfd with no name anywhere. A signal or SIGKILL
 // at any moment of start-up (even during the preallocation of a large segment) can leave
 // nothing behind in /dev/shm; the ranks get the descriptor (SHMDIST_SEGMENT_FD) and the
-// memory goes when the last mapping and descriptor do.
+// memory goes when the last mapping and descriptor do. (Not Boost.Interprocess: every object
+// it makes has a name; named objects are segment/named_object.hpp's.)
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,6 +16,7 @@
 
 #include <shmdist/errors.hpp>
 
+#include "base/config.hpp"
 #include "segment/segment.hpp"
 
 namespace shmdist::segment {
@@ -43,7 +45,7 @@ Segment Segment::create_memfd(int world_size, std::uint64_t ring_size) {
   if (world_size < 1 || world_size > kMaxWorldSize)
     throw SetupError("world size " + std::to_string(world_size) + " is out of range: expected 1.." +
                      std::to_string(kMaxWorldSize));
-  check_ring_size(ring_size, "ring size");
+  config::check_ring_size(ring_size, "ring size");
   Segment seg;
   seg.geometry_ = Geometry::compute(static_cast<std::uint32_t>(world_size), ring_size);
   const std::uint64_t total = seg.geometry_.total_size;

@@ -62,21 +62,34 @@ template <DType From>
 auto widen_float(storage_t<From> v) {
   if constexpr (From == DType::Float16) return detail::half_bits_to_float(v);
   else if constexpr (From == DType::BFloat16) return detail::bfloat16_bits_to_float(v);
-  else return v;
+  else {
+    static_assert(std::is_floating_point_v<storage_t<From>>,
+                  "a floating dtype stored as bits needs its decoding here");
+    return v;
+  }
 }
 
 template <DType To>
 storage_t<To> int_from_float(double x) {
   if constexpr (To == DType::Int64) return truncate_to_int64(x);
   else if constexpr (To == DType::UInt8) return static_cast<std::uint8_t>(truncate_to_int64(x));
-  else return static_cast<storage_t<To>>(truncate_to_int32(x));
+  else {
+    // A new integer dtype needs torch's rule for it here (uint16/32/64 differ from these).
+    static_assert(To == DType::Int8 || To == DType::Int16 || To == DType::Int32,
+                  "an integer dtype without torch's float-to-integer rule here");
+    return static_cast<storage_t<To>>(truncate_to_int32(x));
+  }
 }
 
 template <DType To>
 storage_t<To> float_from_float(float f) {
   if constexpr (To == DType::Float16) return detail::float_to_half_bits(f);
   else if constexpr (To == DType::BFloat16) return detail::float_to_bfloat16_bits(f);
-  else return static_cast<storage_t<To>>(f);
+  else {
+    static_assert(std::is_floating_point_v<storage_t<To>>,
+                  "a floating dtype stored as bits needs its encoding here");
+    return static_cast<storage_t<To>>(f);
+  }
 }
 
 // Out-of-range double -> float gives +-inf: defined for IEC 559 types (C Annex F), which
@@ -148,18 +161,7 @@ void convert_all(const void* src, void* dst, std::size_t count) {
 
 template <DType From>
 void convert_from(const void* src, void* dst, DType to, std::size_t count) {
-  switch (to) {
-    case DType::Bool: return convert_all<From, DType::Bool>(src, dst, count);
-    case DType::UInt8: return convert_all<From, DType::UInt8>(src, dst, count);
-    case DType::Int8: return convert_all<From, DType::Int8>(src, dst, count);
-    case DType::Int16: return convert_all<From, DType::Int16>(src, dst, count);
-    case DType::Int32: return convert_all<From, DType::Int32>(src, dst, count);
-    case DType::Int64: return convert_all<From, DType::Int64>(src, dst, count);
-    case DType::Float16: return convert_all<From, DType::Float16>(src, dst, count);
-    case DType::BFloat16: return convert_all<From, DType::BFloat16>(src, dst, count);
-    case DType::Float32: return convert_all<From, DType::Float32>(src, dst, count);
-    case DType::Float64: return convert_all<From, DType::Float64>(src, dst, count);
-  }
+  detail::visit_dtype(to, [&](auto to_row) { convert_all<From, to_row.value>(src, dst, count); });
 }
 
 }  // namespace
@@ -176,42 +178,48 @@ void convert_elements(const void* src, DType from, void* dst, DType to, std::siz
     std::memcpy(dst, src, count * element_size(from));
     return;
   }
-  switch (from) {
-    case DType::Bool: return convert_from<DType::Bool>(src, dst, to, count);
-    case DType::UInt8: return convert_from<DType::UInt8>(src, dst, to, count);
-    case DType::Int8: return convert_from<DType::Int8>(src, dst, to, count);
-    case DType::Int16: return convert_from<DType::Int16>(src, dst, to, count);
-    case DType::Int32: return convert_from<DType::Int32>(src, dst, to, count);
-    case DType::Int64: return convert_from<DType::Int64>(src, dst, to, count);
-    case DType::Float16: return convert_from<DType::Float16>(src, dst, to, count);
-    case DType::BFloat16: return convert_from<DType::BFloat16>(src, dst, to, count);
-    case DType::Float32: return convert_from<DType::Float32>(src, dst, to, count);
-    case DType::Float64: return convert_from<DType::Float64>(src, dst, to, count);
-  }
+  detail::visit_dtype(from, [&](auto from_row) { convert_from<from_row.value>(src, dst, to, count); });
 }
 
 namespace detail {
 
-double load_as_double(const void* base, DType dtype, std::size_t index) {
-  switch (dtype) {
-    case DType::Float16: return half_bits_to_float(load<std::uint16_t>(base, index));
-    case DType::BFloat16: return bfloat16_bits_to_float(load<std::uint16_t>(base, index));
-    case DType::Float32: return load<float>(base, index);
-    case DType::Float64: return load<double>(base, index);
-    default: return static_cast<double>(load_as_int64(base, dtype, index));
+namespace {
+
+// One element of D as a double (floating dtypes) or an int64 (bool: 0 or 1, integers).
+template <DType D>
+double floating_value(storage_t<D> s) {
+  if constexpr (D == DType::Float16) return half_bits_to_float(s);
+  else if constexpr (D == DType::BFloat16) return bfloat16_bits_to_float(s);
+  else {
+    static_assert(std::is_floating_point_v<storage_t<D>>,
+                  "a floating dtype stored as bits needs its decoding here");
+    return s;
   }
+}
+template <DType D>
+std::int64_t integer_value(storage_t<D> s) {
+  if constexpr (dtype_kind<D>() == DTypeKind::Bool) return s != 0 ? 1 : 0;
+  else return s;
+}
+
+}  // namespace
+
+double load_as_double(const void* base, DType dtype, std::size_t index) {
+  return visit_dtype(dtype, [&](auto row) -> double {
+    constexpr DType D = row.value;
+    const storage_t<D> s = load<storage_t<D>>(base, index);
+    if constexpr (dtype_kind<D>() == DTypeKind::Floating) return floating_value<D>(s);
+    else return static_cast<double>(integer_value<D>(s));
+  });
 }
 
 std::int64_t load_as_int64(const void* base, DType dtype, std::size_t index) {
-  switch (dtype) {
-    case DType::Bool: return load<std::uint8_t>(base, index) != 0 ? 1 : 0;
-    case DType::UInt8: return load<std::uint8_t>(base, index);
-    case DType::Int8: return load<std::int8_t>(base, index);
-    case DType::Int16: return load<std::int16_t>(base, index);
-    case DType::Int32: return load<std::int32_t>(base, index);
-    case DType::Int64: return load<std::int64_t>(base, index);
-    default: return truncate_to_int64(load_as_double(base, dtype, index));
-  }
+  return visit_dtype(dtype, [&](auto row) -> std::int64_t {
+    constexpr DType D = row.value;
+    const storage_t<D> s = load<storage_t<D>>(base, index);
+    if constexpr (dtype_kind<D>() == DTypeKind::Floating) return truncate_to_int64(floating_value<D>(s));
+    else return integer_value<D>(s);
+  });
 }
 
 }  // namespace detail

@@ -1,4 +1,6 @@
-// The ten dtypes: sizes, torch names, and validation of dtype values from untrusted input.
+// The dtypes of shmdist/dtype_table.hpp: sizes, torch names, and validation of dtype values
+// from untrusted input.
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -15,13 +17,24 @@ struct DTypeInfo {
   bool floating;
 };
 
-// Indexed by the enum's value; the order is the public enum's order.
-constexpr DTypeInfo kInfo[kNumDTypes] = {
-    {1, "torch.bool", false},    {1, "torch.uint8", false},     {1, "torch.int8", false},
-    {2, "torch.int16", false},   {4, "torch.int32", false},     {8, "torch.int64", false},
-    {2, "torch.float16", true},  {2, "torch.bfloat16", true},   {4, "torch.float32", true},
-    {8, "torch.float64", true},
-};
+// Indexed by the enum's value: the table's rows, whose codes are 0, 1, 2, ... in order.
+#define SHMDIST_DTYPE_INFO(name, code, element, storage, torch_name, kind, ...) \
+  {sizeof(storage), torch_name, detail::DTypeKind::kind == detail::DTypeKind::Floating},
+constexpr DTypeInfo kInfo[] = {SHMDIST_DTYPES(SHMDIST_DTYPE_INFO)};
+#undef SHMDIST_DTYPE_INFO
+static_assert(std::size(kInfo) == kNumDTypes);
+
+#define SHMDIST_DTYPE_CODE(name, code, ...) code,
+constexpr int kCodes[] = {SHMDIST_DTYPES(SHMDIST_DTYPE_CODE)};
+#undef SHMDIST_DTYPE_CODE
+constexpr bool codes_are_dense() {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (kCodes[i] != i) return false;
+  return true;
+}
+static_assert(codes_are_dense(),
+              "shmdist/dtype_table.hpp: the rows' codes must be 0, 1, 2, ... in row order "
+              "(arrays are indexed by code; append a new dtype with the next code)");
 
 }  // namespace
 
@@ -33,6 +46,13 @@ DType checked_dtype(DType dtype, std::string_view caller) {
   throw InvalidArgument(std::string(caller) + ": expected a dtype code in [0, " +
                         std::to_string(kNumDTypes) + "), found " + std::to_string(code) +
                         "; pass one of the shmdist::DType values (kFloat32, kInt64, ...)");
+}
+
+std::string unknown_dtype_text(int rank, unsigned code) {
+  return "peer rank " + std::to_string(rank) + " sent dtype code " + std::to_string(code) +
+         " which this build does not know (it knows 0.." + std::to_string(kNumDTypes - 1) +
+         ", shmdist/dtype_table.hpp): it was built with a newer shmdist; rebuild every rank "
+         "from the same version";
 }
 
 }  // namespace detail
@@ -54,7 +74,7 @@ std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_nam
 DType dtype_from_code(unsigned code) {
   if (code < static_cast<unsigned>(kNumDTypes)) return static_cast<DType>(code);
   throw InvalidArgument("dtype_from_code: expected a dtype code in [0, " +
-                        std::to_string(kNumDTypes) + ") (Bool=0 ... Float64=9), found " +
+                        std::to_string(kNumDTypes) + ") (see shmdist/dtype_table.hpp), found " +
                         std::to_string(code) +
                         "; the data is corrupt or was written by an incompatible version");
 }

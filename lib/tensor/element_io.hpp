@@ -11,30 +11,27 @@
 
 #include <shmdist/tensor.hpp>
 
+#include "tensor/dtype_check.hpp"
+
 namespace shmdist::detail {
 
-// How each dtype's element is held in memory. Bool is a byte so that any byte value can be read
-// without undefined behaviour (nonzero means true).
+// How each dtype's element is held in memory: the table's StorageType column (bool is a byte
+// so that any byte value can be read without undefined behaviour: nonzero means true).
 template <DType D>
 struct storage_of;
-template <> struct storage_of<DType::Bool> { using type = std::uint8_t; };
-template <> struct storage_of<DType::UInt8> { using type = std::uint8_t; };
-template <> struct storage_of<DType::Int8> { using type = std::int8_t; };
-template <> struct storage_of<DType::Int16> { using type = std::int16_t; };
-template <> struct storage_of<DType::Int32> { using type = std::int32_t; };
-template <> struct storage_of<DType::Int64> { using type = std::int64_t; };
-template <> struct storage_of<DType::Float16> { using type = std::uint16_t; };
-template <> struct storage_of<DType::BFloat16> { using type = std::uint16_t; };
-template <> struct storage_of<DType::Float32> { using type = float; };
-template <> struct storage_of<DType::Float64> { using type = double; };
+#define SHMDIST_DTYPE_STORAGE(name, code, element, storage, ...) \
+  template <>                                                    \
+  struct storage_of<DType::name> {                               \
+    using type = storage;                                        \
+  };
+SHMDIST_DTYPES(SHMDIST_DTYPE_STORAGE)
+#undef SHMDIST_DTYPE_STORAGE
 
 template <DType D>
 using storage_t = typename storage_of<D>::type;
 
 template <DType D>
-inline constexpr bool is_integer_dtype_v =
-    D == DType::UInt8 || D == DType::Int8 || D == DType::Int16 || D == DType::Int32 ||
-    D == DType::Int64;
+inline constexpr bool is_integer_dtype_v = dtype_kind<D>() == DTypeKind::Integer;
 
 template <class T>
 inline T load(const void* base, std::size_t index) {

@@ -1,5 +1,7 @@
 #include "transport/frame.hpp"
 
+#include "tensor/dtype_check.hpp"
+
 namespace shmdist::transport {
 namespace {
 
@@ -16,9 +18,9 @@ void reject_header(const MessageHeader& raw, std::uint64_t record_length, int sr
     corrupt(src, "a message record of " + std::to_string(record_length) +
                      " bytes, shorter than its " + std::to_string(sizeof(MessageHeader)) +
                      "-byte header");
-  if (raw.dtype >= kNumDTypes)
-    corrupt(src, "dtype code " + std::to_string(raw.dtype) + ", expected 0.." +
-                     std::to_string(kNumDTypes - 1));
+  // Not corruption but another version: a newer build appends dtypes to the table with the
+  // next codes, and its frames are otherwise well formed.
+  if (raw.dtype >= kNumDTypes) throw PeerFailure(detail::unknown_dtype_text(src, raw.dtype));
   if (raw.flags > kFrameOffer)
     corrupt(src, "frame flags " + std::to_string(raw.flags) + ", expected 0 or 1 (offer)");
   if (raw.tag < 0) corrupt(src, "negative tag " + std::to_string(raw.tag));

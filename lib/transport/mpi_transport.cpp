@@ -214,27 +214,10 @@ class MpiTransport final : public RemoteTransport {
   }
   bool sends_in_flight() const override { return !inflight_.empty(); }
 
-  int awake_ranks() const override { return 1; }
-  std::uint32_t arm() override { return 0; }
-  void sleep(std::uint32_t, std::chrono::nanoseconds timeout) override {
-    std::this_thread::sleep_for(std::min(timeout, poll_interval()));
-  }
-  void disarm() override {}
-
   std::chrono::nanoseconds poll_interval() override { return backoff_.next(waiting_sends_ > 0); }
 
-  PeerState peer_state(int peer) override {
-    if (peers_[peer].finalized) return {PeerStatus::Finalized, true, {}};
-    return {PeerStatus::Running, false, {}};
-  }
-  // A rank on another host that dies ends the whole job through mpirun (Open MPI's error
-  // handling names the rank and its host), so there is nothing to watch or record here.
-  void check_job() override {}
-  void report_failure(int) override {}
-  void set_blocked(const BlockedInfo&) override {}
-  void clear_blocked() override {}
-
-  void mark_finalized() override {
+  bool peer_finalized(int peer) const override { return peers_[peer].finalized; }
+  void send_finalized() override {
     for (int peer : remote_) {
       Inflight& f = new_slot();
       f.reqs.emplace_back();

@@ -97,6 +97,10 @@ class RemoteTransport : public Transport {
   // Whether sends this transport started are still in MPI's hands (only progress calls move
   // them on: the receiver may be waiting for them).
   virtual bool sends_in_flight() const = 0;
+  // Peers (RoutingPeers): whether `peer` said it will send nothing more, and saying so to
+  // every remote peer. A remote rank that dies ends the job through mpirun: nothing to watch.
+  virtual bool peer_finalized(int peer) const = 0;
+  virtual void send_finalized() = 0;
 };
 
 // The MPI transport of this rank. `remote` lists the global ranks it serves (those on other

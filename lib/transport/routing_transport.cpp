@@ -141,46 +141,59 @@ bool RoutingTransport::inbound_pending(int src) const {
   return l >= 0 ? local_->inbound_pending(l) : remote_->inbound_pending(src);
 }
 
-void RoutingTransport::sleep(std::uint32_t token, std::chrono::nanoseconds timeout) {
-  if (has_remote_peers_) timeout = std::min(timeout, remote_->poll_interval());
+// ---- waking and peers (slow paths) ------------------------------------------------------
+
+void RoutingWaker::sleep(std::uint32_t token, std::chrono::nanoseconds timeout) {
+  if (routing_.has_remote_peers()) timeout = std::min(timeout, routing_.remote().poll_interval());
   local_->sleep(token, timeout);
 }
 
 // A sleeper looks at MPI on every wake-up. Reset here, not in sleep(): sleep() runs without
 // the engine's lock (threads of one rank sleep at once), disarm() with it.
-void RoutingTransport::disarm() {
+void RoutingWaker::disarm() {
   local_->disarm();
-  remote_skip_left_ = 0;
+  routing_.woke();
 }
 
-PeerState RoutingTransport::peer_state(int peer) {
-  const int l = local(peer);
-  if (l < 0) return remote_->peer_state(peer);
+PeerState RoutingPeers::peer_state(int peer) {
+  const int l = routing_.local(peer);
+  if (l < 0) {
+    // A remote rank that dies ends the whole job through mpirun (Open MPI's error handling
+    // names the rank and its host), so all there is to know here is whether it finalized.
+    if (routing_.remote().peer_finalized(peer)) return {PeerStatus::Finalized, true, {}};
+    return {PeerStatus::Running, false, {}};
+  }
   PeerState st = local_->peer_state(l);
-  // The local transport names ranks by their global rank (Segment::name_ranks); add the host.
-  if (!st.how.empty()) st.how = "on host '" + hosts_[peer] + "': " + st.how;
+  // The local peers name ranks by their global rank (Segment::name_ranks); add the host.
+  if (!st.how.empty()) st.how = "on host '" + routing_.host(peer) + "': " + st.how;
   return st;
 }
 
-void RoutingTransport::check_job() {
-  local_->check_job();
-  remote_->check_job();
+void RoutingPeers::report_failure(int peer) {
+  // A remote peer's failure is mpirun's to report.
+  if (const int l = routing_.local(peer); l >= 0) local_->report_failure(l);
 }
 
-void RoutingTransport::report_failure(int peer) {
-  const int l = local(peer);
-  if (l >= 0) local_->report_failure(l);
-  else remote_->report_failure(peer);
-}
-
-void RoutingTransport::note_failure_cause(int peer) {
+void RoutingPeers::note_failure_cause(int peer) {
   // A segment records causes among its own ranks; a remote peer's end is mpirun's to report.
-  if (const int l = local(peer); l >= 0) local_->note_failure_cause(l);
+  if (const int l = routing_.local(peer); l >= 0) local_->note_failure_cause(l);
 }
 
-void RoutingTransport::mark_finalized() {
+void RoutingPeers::mark_finalized() {
   local_->mark_finalized();
-  remote_->mark_finalized();
+  routing_.remote().send_finalized();
+}
+
+Link make_routing_link(int rank, std::vector<int> local_members, std::vector<std::string> hosts,
+                       Link local, std::unique_ptr<RemoteTransport> remote) {
+  auto routing = std::make_unique<RoutingTransport>(rank, std::move(local_members),
+                                                    std::move(hosts), std::move(local.bytes),
+                                                    std::move(remote));
+  Link link;
+  link.peers = std::make_shared<RoutingPeers>(std::move(local.peers), *routing);
+  link.waker = std::make_shared<RoutingWaker>(std::move(local.waker), *routing);
+  link.bytes = std::move(routing);
+  return link;
 }
 
 }  // namespace shmdist::transport

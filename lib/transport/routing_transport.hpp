@@ -22,16 +22,18 @@
 // then, so that a remote sender whose large message needs this rank's MPI to progress is
 // never blocked for good (sends must complete under unlimited buffering, API.md §3).
 //
-// Waiting: local peers ring the doorbell; remote ones cannot, so a sleeping rank with remote
-// peers sleeps on the doorbell for at most the remote transport's poll interval (10 us,
-// doubling per sleep to 10 ms while nothing arrives: PollBackoff) and polls MPI on every
-// wake-up.
+// Waiting (RoutingWaker): local peers ring the doorbell; remote ones cannot, so a sleeping
+// rank with remote peers sleeps on the doorbell for at most the remote transport's poll
+// interval (10 us, doubling per sleep to 10 ms while nothing arrives: PollBackoff) and polls
+// MPI on every wake-up. Peers (RoutingPeers): local peers' health is the segment's, remote
+// peers' is what the remote transport heard (a dying remote rank ends the job via mpirun).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "transport/link.hpp"
 #include "transport/mpi_transport.hpp"
 #include "transport/transport.hpp"
 
@@ -57,19 +59,13 @@ class RoutingTransport final : public Transport {
   bool inbound_in_progress(int src) const override;
   bool inbound_pending(int src) const override;
 
-  int awake_ranks() const override { return local_->awake_ranks(); }
-  std::uint32_t arm() override { return local_->arm(); }
-  void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override;
-  void disarm() override;
-  void wake_sleepers() override { local_->wake_sleepers(); }
-
-  PeerState peer_state(int peer) override;
-  void check_job() override;
-  void report_failure(int peer) override;
-  void note_failure_cause(int peer) override;
-  void set_blocked(const BlockedInfo& info) override { local_->set_blocked(info); }
-  void clear_blocked() override { local_->clear_blocked(); }
-  void mark_finalized() override;
+  // For RoutingWaker and RoutingPeers (slow paths).
+  int local(int global) const { return local_of_[global]; }
+  const std::string& host(int global) const { return hosts_[global]; }
+  bool has_remote_peers() const { return has_remote_peers_; }
+  RemoteTransport& remote() { return *remote_; }
+  // A sleeper looks at MPI on every wake-up (RoutingWaker::disarm, under the engine's lock).
+  void woke() { remote_skip_left_ = 0; }
 
  private:
   // Hands the engine local messages with their global source rank.
@@ -88,7 +84,6 @@ class RoutingTransport final : public Transport {
   static constexpr unsigned kMaxRemoteSkip = 32;
   static constexpr unsigned kMaxRemoteSkipLocalWait = 1024;
 
-  int local(int global) const { return local_of_[global]; }
   // Whether this call looks at the remote side (see "Cost" above); counts a skipped call.
   bool remote_due(bool preferred_remote, bool full_scan);
   // After a look at the remote side: whether it moved something sets the next skip, and
@@ -112,5 +107,47 @@ class RoutingTransport final : public Transport {
   unsigned remote_skip_ = 0;       // calls to skip after a look that found nothing
   unsigned remote_skip_left_ = 0;  // calls left to skip before the next look
 };
+
+// Sleeping across hosts: the local doorbell, each sleep bounded by the remote poll interval.
+// `routing` must outlive it (make_routing_link: the Link destroys its transport last but
+// uses it only through the engine, which is gone by then).
+class RoutingWaker final : public Waker {
+ public:
+  RoutingWaker(std::shared_ptr<Waker> local, RoutingTransport& routing)
+      : local_(std::move(local)), routing_(routing) {}
+  int awake_ranks() const override { return local_->awake_ranks(); }
+  std::uint32_t arm() override { return local_->arm(); }
+  void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override;
+  void disarm() override;
+  void wake_sleepers() override { local_->wake_sleepers(); }
+
+ private:
+  std::shared_ptr<Waker> local_;
+  RoutingTransport& routing_;
+};
+
+// Peers across hosts, by global rank: local ones through the segment, remote ones through
+// what the remote transport heard.
+class RoutingPeers final : public Peers {
+ public:
+  RoutingPeers(std::shared_ptr<Peers> local, RoutingTransport& routing)
+      : local_(std::move(local)), routing_(routing) {}
+  PeerState peer_state(int peer) override;
+  void check_job() override { local_->check_job(); }
+  void report_failure(int peer) override;
+  void note_failure_cause(int peer) override;
+  void set_blocked(const BlockedInfo& info) override { local_->set_blocked(info); }
+  void clear_blocked() override { local_->clear_blocked(); }
+  void mark_finalized() override;
+
+ private:
+  std::shared_ptr<Peers> local_;
+  RoutingTransport& routing_;
+};
+
+// The link of a rank of a job across hosts: `local` is this host's shared-memory link (local
+// ranks), `remote` serves the others (arguments as RoutingTransport's).
+Link make_routing_link(int rank, std::vector<int> local_members, std::vector<std::string> hosts,
+                       Link local, std::unique_ptr<RemoteTransport> remote);
 
 }  // namespace shmdist::transport

@@ -42,20 +42,21 @@ void ShmTransport::release_outbound(int dst, OutboundMessage& msg) {
   const auto deadline =
       std::chrono::steady_clock::now() + SingleCopy::revoke_grace(msg.env.nbytes);
   for (;;) {
-    if (peer_state(dst).status == PeerStatus::Gone) return SingleCopy::abandon(msg);
+    if (peers_health_->peer_state(dst).status == PeerStatus::Gone)
+      return SingleCopy::abandon(msg);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline && !single_copy_.thread_mode())
       return single_copy_.force_revoke(dst, state, msg);
-    const std::uint32_t token = doorbell_.arm();
+    const std::uint32_t token = waker_->arm();
     // The re-check after arm()'s fence: a final state stored before it is seen here, one
     // stored after it rings the doorbell (wait/doorbell.hpp).
     if (single_copy_.settle(dst, state, msg)) {
-      doorbell_.disarm();
+      waker_->disarm();
       return;
     }
-    doorbell_.sleep(token, deadline > now ? std::min<std::chrono::nanoseconds>(deadline - now, kSlice)
+    waker_->sleep(token, deadline > now ? std::min<std::chrono::nanoseconds>(deadline - now, kSlice)
                                           : std::chrono::nanoseconds(kSlice));
-    doorbell_.disarm();
+    waker_->disarm();
     if (single_copy_.settle(dst, state, msg)) return;
   }
 }
@@ -81,7 +82,10 @@ void ShmTransport::take_offer(int src, const ring::RecordHeader& rec, const Enve
   try {
     claim = single_copy_.receive(src, segment_->ring_control(src, rank_).offer_state, d,
                                  sink->dest + sink->received,
-                                 [&] { return peer_state(src).status != PeerStatus::Gone; });
+                                 [&] {
+                                   return peers_health_->peer_state(src).status !=
+                                          PeerStatus::Gone;
+                                 });
   } catch (const PeerFailure& e) {
     // The message cannot be delivered; nothing more from this source can be trusted to
     // follow it in order, so every later look at the source says why.

@@ -1,17 +1,14 @@
 #include "transport/shm_transport.hpp"
 
 #include <utility>
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
+#include "segment/doorbells.hpp"
 #include "segment/job_state.hpp"
 
 namespace shmdist::transport {
@@ -20,10 +17,6 @@ using segment::RankControl;
 using segment::RankState;
 
 namespace {
-wait::DoorbellWords doorbell_of(RankControl& rc) {
-  return {&rc.doorbell_seq, &rc.armed, &rc.heavy_fences};
-}
-
 // A record below this size is not worth writing while more bytes are due: wait for space.
 constexpr std::size_t kMinUsefulRecord = 4096;
 // Records taken from one ring per poll before moving on (fairness between sources).
@@ -54,18 +47,16 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
                            std::uint64_t single_copy_threshold)
     : segment_(std::move(segment)),
       rank_(rank),
-      supervised_(supervised),
       world_(segment_->world_size()),
       controls_(&segment_->rank_control(0)),
       own_(&controls_[rank]),
       asymmetric_fences_(wait::register_asymmetric_fences()),
-      doorbell_(doorbell_of(*own_), segment_->header().sleeping, asymmetric_fences_),
+      waker_(std::make_shared<ShmWaker>(segment_, rank, asymmetric_fences_)),
+      peers_health_(std::make_shared<ShmPeers>(segment_, rank, supervised, liveness_interval)),
+      notifier_(segment::notifier_of(*segment_, asymmetric_fences_)),
       producers_(world_),
       consumers_(world_),
       inbound_(world_),
-      pidfds_(world_, -1),
-      dead_(world_, false),
-      liveness_interval_(liveness_interval),
       single_copy_(single_copy_threshold, segment_->header().flags & segment::kThreadMode, world_) {
   for (int peer = 0; peer < world_; ++peer)
     if (peer != rank_) peers_.push_back(peer);
@@ -96,10 +87,8 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
                      " of this job was already claimed by another process or thread; each rank "
                      "joins once (is RANK duplicated, or init_process_group called twice?)");
   own_->pid.store(getpid(), std::memory_order_relaxed);
-  doorbell_.announce();
+  waker_->announce();
   segment_->header().attached.fetch_add(1, std::memory_order_acq_rel);
-  // Thread mode: all ranks live in one process; the launcher records how each one ended.
-  if (segment_->header().flags & segment::kThreadMode) supervised_ = true;
 }
 
 // The positions this rank's rings start at are 0 (zero-filled segment, one join per rank),
@@ -130,45 +119,16 @@ void ShmTransport::check_fresh_rings() const {
   }
 }
 
-ShmTransport::~ShmTransport() {
-  for (int fd : pidfds_)
-    if (fd >= 0) close(fd);
-}
+ShmTransport::~ShmTransport() = default;
 
-// ---- waking peers ---------------------------------------------------------------------------
-
-// The notifier half of the doorbell protocol (wait/doorbell.hpp), written once. Call it after
-// this rank has published, with release stores, something each rank in `owners` may wait
-// for: records (their stamps), freed ring space (a consumer's tail), our Finalized state.
-//
-// One fence F_n for all owners, then for each: `before_look(owner)` (the sender's half of
-// the ready-hint protocol, see clear_hint_if_empty), and a relaxed load of its `armed`,
-// waking it if set. Why that is enough, in the C++ memory model: the owner stores armed = 1,
-// issues its own fence F_w, then re-checks every condition. With full fences: all seq_cst
-// fences lie in one total order S. If F_w precedes F_n in S, our load of `armed`, sequenced
-// after F_n, cannot read a value older than the owner's store sequenced before F_w
-// ([atomics.order]: the fence-fence rule), so we see it armed and wake it. If F_n precedes
-// F_w, the owner's re-checks after F_w cannot read values older than our publications before
-// F_n, so it sees what we published and does not sleep. The same argument, with the
-// receiver's fence in clear_hint_if_empty for F_w, covers the ready hints. Sharing one fence
-// between several owners and both protocols changes nothing: each pair of fences is ordered.
-//
-// F_n is light (a compiler barrier, no instruction) when this process is registered for
-// membarrier and every owner announced that its F_w (arm(), clear_hint_if_empty) is heavy:
-// wait/fence.hpp shows that a light/heavy pair gives the same two cases. An owner's
-// announcement is read before choosing; reading 0 (not yet announced, or no membarrier
-// there) means a full fence. That keeps the send path free of any fence instruction.
-template <class BeforeLook>
-void ShmTransport::notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look) {
-  bool light = asymmetric_fences_;
-  for (std::size_t i = 0; light && i < owners.size(); ++i)
-    light = controls_[owners[i]].heavy_fences.load(std::memory_order_relaxed) != 0;
-  wait::notifier_fence(light);  // F_n
-  for (const int owner : owners) {
-    RankControl& rc = controls_[owner];
-    before_look(rc);
-    wait::wake_if_armed(doorbell_of(rc));
-  }
+Link make_shm_link(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
+                   std::chrono::milliseconds liveness_interval,
+                   std::uint64_t single_copy_threshold) {
+  auto shm = std::make_unique<ShmTransport>(std::move(segment), rank, supervised,
+                                            liveness_interval, single_copy_threshold);
+  Link link{shm->peers(), shm->waker(), nullptr};
+  link.bytes = std::move(shm);
+  return link;
 }
 
 // ---- inbound --------------------------------------------------------------------------------
@@ -235,7 +195,7 @@ void ShmTransport::note_empty_poll(int src) {
 // read the hint as still set did not set it again, so the second look must find its record.
 // The receiver's half of a store-buffering handshake: we clear (an RMW), fence (seq_cst, or
 // heavy when senders may use light ones: wait/fence.hpp), then load the stamp; the sender
-// stores its stamp (release), fences (F_n in notify_after_publishing), then loads the hint.
+// stores its stamp (release), fences (F_n in wait::Notifier::notify), then loads the hint.
 // The two fences are ordered (in S, or by the membarrier's contract): if ours
 // comes first, the sender's hint load sees our clear (or later) and sets the bit again; if
 // the sender's comes first, our peek sees its stamp. A seq_cst RMW followed by an acquire
@@ -340,7 +300,7 @@ DirectResult ShmTransport::receive_direct(int src, const Expectation& want) {
   // Publish the freed space and wake the producer if it sleeps for space: flush() for this
   // one ring (an earlier poll may have left others to publish; they go in the next flush).
   consumer.publish();
-  notify_after_publishing(std::span<const int>(&src, 1), [](RankControl&) {});
+  notifier_.notify(std::span<const int>(&src, 1));
   return DirectResult::Received;
 }
 
@@ -371,7 +331,7 @@ void ShmTransport::flush() {
     inbound_[src].dirty = false;
   }
   // One fence for all rings, then wake each producer that sleeps waiting for space.
-  notify_after_publishing(dirty_sources_, [](RankControl&) {});
+  notifier_.notify(dirty_sources_);
   dirty_sources_.clear();
 }
 
@@ -427,115 +387,17 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
 // it sleeps.
 void ShmTransport::notify_receiver(int dst) {
   const std::uint64_t bit = std::uint64_t{1} << (rank_ % 64);
-  notify_after_publishing(std::span<const int>(&dst, 1), [&](RankControl& receiver) {
-    auto& word = receiver.ready[rank_ / 64];
+  // The ready hint is the sender's half of a second handshake sharing the notifier's fence
+  // F_n (wait/notifier.hpp; the receiver's half is clear_hint_if_empty).
+  notifier_.notify(std::span<const int>(&dst, 1), [&](int receiver) {
+    auto& word = controls_[receiver].ready[rank_ / 64];
     if (!(word.load(std::memory_order_relaxed) & bit))
       word.fetch_or(bit, std::memory_order_relaxed);
   });
 }
 
 void ShmTransport::wake_if_sleeping(int peer) {
-  notify_after_publishing(std::span<const int>(&peer, 1), [](RankControl&) {});
-}
-
-// ---- peers and job state --------------------------------------------------------------------
-
-PeerState ShmTransport::peer_state(int peer) {
-  const RankControl& rc = segment_->rank_control(peer);
-  const auto state = static_cast<RankState>(rc.state.load(std::memory_order_acquire));
-  if (state == RankState::Finalized) return {PeerStatus::Finalized, true, {}};
-  if (state == RankState::Ended) {
-    const bool clean = rc.end_kind.load(std::memory_order_acquire) ==
-                           static_cast<std::uint32_t>(segment::EndKind::Exited) &&
-                       rc.end_code.load(std::memory_order_relaxed) == 0;
-    return {PeerStatus::Gone, clean, segment::describe_rank_end(*segment_, peer)};
-  }
-  if (state == RankState::Running && !supervised_ && !peer_alive(peer))
-    return {PeerStatus::Gone, false,
-            "rank " + std::to_string(segment_->rank_name(peer)) + " (pid " +
-                std::to_string(rc.pid.load()) +
-                ") is gone without finalizing (exit status unknown here)"};
-  return {PeerStatus::Running, false, {}};
-}
-
-// Without a supervising launcher, a rank watches its peers' processes itself: a pidfd per
-// peer (no pid reuse, and it also reports a zombie nobody reaped), polled all at once at most
-// every liveness_interval_. Peers whose pid is not published yet count as alive.
-bool ShmTransport::peer_alive(int peer) {
-  const auto now = std::chrono::steady_clock::now();
-  if (now >= next_liveness_check_) {
-    next_liveness_check_ = now + liveness_interval_;
-    std::vector<pollfd> fds;
-    std::vector<int> who;
-    for (int p = 0; p < world_; ++p) {
-      if (p == rank_ || dead_[p]) continue;
-      if (pidfds_[p] < 0) {
-        const int pid = segment_->rank_control(p).pid.load(std::memory_order_relaxed);
-        if (pid <= 0) continue;
-        pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-        if (pidfds_[p] < 0) {
-          if (errno == ESRCH) dead_[p] = true;
-          continue;
-        }
-      }
-      fds.push_back({pidfds_[p], POLLIN, 0});
-      who.push_back(p);
-    }
-    if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0)
-      for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents & (POLLIN | POLLHUP)) dead_[who[i]] = true;
-  }
-  return !dead_[peer];
-}
-
-void ShmTransport::check_job() {
-  const auto& h = segment_->header();
-  if (h.job_state.load(std::memory_order_acquire) !=
-      static_cast<std::uint32_t>(segment::JobState::Aborted))
-    return;
-  throw PeerFailure(segment::describe_job_failure(*segment_));
-}
-
-void ShmTransport::report_failure(int peer) {
-  segment::record_job_failure(*segment_, peer, segment::EndKind::Vanished, 0);
-}
-
-void ShmTransport::note_failure_cause(int peer) {
-  segment::record_failure_cause(*segment_, rank_, peer);
-}
-
-// A seqlock: the odd version, then (release fence) the fields, then the even version with
-// release; the launcher reads version (acquire), fields, fence (acquire), version again, and
-// retries if they differ or are odd, so it never uses a half-written record.
-void ShmTransport::set_blocked(const BlockedInfo& info) {
-  auto& b = own_->blocked;
-  const std::uint32_t v = b.version.load(std::memory_order_relaxed);
-  b.version.store(v + 1, std::memory_order_relaxed);  // odd: being written
-  std::atomic_thread_fence(std::memory_order_release);
-  b.op.store(info.op, std::memory_order_relaxed);
-  b.peer.store(info.peer, std::memory_order_relaxed);
-  b.group.store(info.group, std::memory_order_relaxed);
-  b.tag.store(info.tag, std::memory_order_relaxed);
-  b.bytes.store(info.bytes, std::memory_order_relaxed);
-  b.pending_ops.store(info.pending_ops, std::memory_order_relaxed);
-  b.since_ns.store(segment::wall_clock_ns(), std::memory_order_relaxed);
-  b.version.store(v + 2, std::memory_order_release);
-}
-
-void ShmTransport::clear_blocked() {
-  auto& b = own_->blocked;
-  if (b.op.load(std::memory_order_relaxed) == 0) return;
-  const std::uint32_t v = b.version.load(std::memory_order_relaxed);
-  b.version.store(v + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  b.op.store(0, std::memory_order_relaxed);
-  b.version.store(v + 2, std::memory_order_release);
-}
-
-void ShmTransport::mark_finalized() {
-  own_->state.store(static_cast<std::uint32_t>(RankState::Finalized), std::memory_order_release);
-  // Peers blocked on us (waiting for a message, or for everyone to finalize) must look again.
-  notify_after_publishing(peers_, [](RankControl&) {});
+  notifier_.notify(std::span<const int>(&peer, 1));
 }
 
 }  // namespace shmdist::transport

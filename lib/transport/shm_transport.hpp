@@ -1,5 +1,7 @@
 // The shared-memory transport: one SPSC ring per ordered rank pair in the job's segment,
 // a doorbell per rank, and ready hints so that idle peers cost an any-source scan nothing.
+// It moves bytes only; the rank's doorbell is its ShmWaker and peer health its ShmPeers, which
+// it creates (it uses both on single copy's slow paths) and make_shm_link hands the engine.
 #pragma once
 
 #include <algorithm>
@@ -12,19 +14,20 @@
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 #include "transport/frame.hpp"
+#include "transport/link.hpp"
+#include "transport/shm_peers.hpp"
+#include "transport/shm_waker.hpp"
 #include "transport/single_copy.hpp"
 #include "transport/transport.hpp"
-#include "wait/doorbell.hpp"
+#include "wait/notifier.hpp"
 #include "wait/spin.hpp"
 
 namespace shmdist::transport {
 
 class ShmTransport final : public Transport {
  public:
-  // Joins `segment` as `rank` (marks it running with this process's pid). `supervised`: a
-  // launcher (shmrun, launch()) records how every rank ends, so peers' processes need not be
-  // watched; ranks of foreign launchers watch them themselves, polling their processes at
-  // most once per `liveness_interval` (the job's health-check interval). Messages of at least
+  // Joins `segment` as `rank` (marks it running with this process's pid). `supervised` and
+  // `liveness_interval`: how its ShmPeers watches peers (shm_peers.hpp). Messages of at least
   // `single_copy_threshold` bytes are offered for a single copy (0: never; shm_offers.cpp).
   ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
                std::chrono::milliseconds liveness_interval = wait::kDefaultHealthCheck,
@@ -43,24 +46,9 @@ class ShmTransport final : public Transport {
   bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }
   bool inbound_pending(int src) const override { return consumers_[src].peek() != nullptr; }
 
-  int awake_ranks() const override {
-    const auto asleep = segment_->header().sleeping.load(std::memory_order_relaxed);
-    return world_ - static_cast<int>(std::min<std::uint32_t>(asleep, world_));
-  }
-  std::uint32_t arm() override { return doorbell_.arm(); }
-  void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) override {
-    doorbell_.sleep(token, timeout);
-  }
-  void disarm() override { doorbell_.disarm(); }
-  void wake_sleepers() override { doorbell_.wake_own(); }
-
-  PeerState peer_state(int peer) override;
-  void check_job() override;
-  void report_failure(int peer) override;
-  void note_failure_cause(int peer) override;
-  void set_blocked(const BlockedInfo& info) override;
-  void clear_blocked() override;
-  void mark_finalized() override;
+  // This rank's doorbell and its view of peers (shared with the engine: make_shm_link).
+  const std::shared_ptr<ShmWaker>& waker() const { return waker_; }
+  const std::shared_ptr<ShmPeers>& peers() const { return peers_health_; }
 
  private:
   struct Inbound {
@@ -86,30 +74,30 @@ class ShmTransport final : public Transport {
   void take_offer(int src, const ring::RecordHeader& rec, const Envelope& env,
                   InboundHandler& handler);
   SingleCopy::Step advance_offer(int dst, OutboundMessage& msg);
-  template <class BeforeLook>
-  void notify_after_publishing(std::span<const int> owners, BeforeLook&& before_look);
-  bool peer_alive(int peer);
 
   std::shared_ptr<segment::Segment> segment_;
   int rank_;
-  bool supervised_;
   int world_;
   segment::RankControl* controls_;  // every rank's control block (segment's array, by rank)
   segment::RankControl* own_;
   bool asymmetric_fences_;  // this process is registered for membarrier (wait/fence.hpp)
-  wait::Doorbell doorbell_;
+  std::shared_ptr<ShmWaker> waker_;         // this rank's doorbell
+  std::shared_ptr<ShmPeers> peers_health_;  // single copy checks whether a peer is gone
+  wait::Notifier notifier_;  // every rank's doorbell (wakes peers after publishing)
   std::vector<ring::RingProducer> producers_;  // by destination
   std::vector<ring::RingConsumer> consumers_;  // by source
   std::vector<Inbound> inbound_;               // by source
   std::vector<int> peers_;  // every rank but this one
   std::vector<int> dirty_sources_;
-  std::vector<int> pidfds_;   // by peer, opened lazily (unsupervised jobs only)
-  std::vector<bool> dead_;    // by peer: its process is known to have ended
-  std::chrono::milliseconds liveness_interval_;
-  std::chrono::steady_clock::time_point next_liveness_check_{};
   std::size_t chunk_;                          // largest payload per record
   int cursor_ = 0;                             // where the next hinted scan starts
   SingleCopy single_copy_;
 };
+
+// The shared-memory transport of `rank` in `segment` with its waker and peers, for an engine
+// (arguments as ShmTransport's).
+Link make_shm_link(std::shared_ptr<segment::Segment> segment, int rank, bool supervised,
+                   std::chrono::milliseconds liveness_interval = wait::kDefaultHealthCheck,
+                   std::uint64_t single_copy_threshold = 0);
 
 }  // namespace shmdist::transport

@@ -51,7 +51,7 @@
 //   read of freed memory would be undefined behaviour, so thread mode never revokes a claimed
 //   offer: it waits, bounded by the memcpy (a thread of this process cannot be stopped alone).
 // - The revoking sender waits asleep on its doorbell (woken by the receiver's notifier half
-//   after its final CAS, ShmTransport::notify_after_publishing) in slices, checking whether
+//   after its final CAS, wait::Notifier::notify) in slices, checking whether
 //   the receiver is gone, until its deadline (revoke_grace): no call spins or waits forever.
 // - The sender's store of Offered(id) is sequenced before the release store of the record's
 //   stamp, which the receiver's acquire load reads before its CAS: the store happens before

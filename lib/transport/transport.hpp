@@ -1,13 +1,14 @@
 // The seam between "how bytes move" (a Transport) and "what a message means" (the engine's
 // matching and progress). A transport moves whole messages as ordered byte streams per peer:
 // it tells the engine when a message from a source begins, asks it where the bytes go, and
-// fills that memory; on the way out it streams a message's bytes as space allows. It also
-// owns waiting (doorbells) and what it knows of peers' health. The shared-memory rings are
-// one implementation (ShmTransport); a single-copy path or an MPI-backed transport would be
-// others.
+// fills that memory; on the way out it streams a message's bytes as space allows. That is
+// all it does: sleeping is the Waker's (waker.hpp), peers' health and this rank's hang state
+// are the Peers' (peers.hpp); link.hpp bundles the three for the engine. The shared-memory
+// rings are one implementation (ShmTransport), the MPI transport and the routing transport
+// (which picks one of them per peer) others; tests/transport/test_contract.cpp is the
+// contract every implementation passes.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -59,25 +60,8 @@ enum class DirectResult {
   Other,     // something else is next (another key, a large message): use poll()
 };
 
-// How a peer stands, as far as the transport knows.
-enum class PeerStatus { Running, Finalized, Gone };
-
-struct PeerState {
-  PeerStatus status = PeerStatus::Running;
-  bool clean = false;  // Gone after exiting with code 0 (sends nothing more, but no failure)
-  std::string how;     // for Gone: "rank 2 (pid 7) was killed by signal 9 (SIGKILL)", ...
-};
-
-// What a blocked call waits for, published for hang reports.
-struct BlockedInfo {
-  std::uint32_t op = 0;  // segment::BlockedOp codes (segment/layout.hpp)
-  int peer = -1;
-  std::uint32_t group = 0;
-  int tag = 0;
-  std::uint64_t bytes = 0;
-  std::uint32_t pending_ops = 0;
-};
-
+// Every method is on the fast path (called per message or per progress step); keep it free
+// of anything else (a slow-path concern belongs to the Waker or the Peers).
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -114,32 +98,6 @@ class Transport {
   virtual bool inbound_in_progress(int src) const = 0;
   // Whether the ring from `src` holds a record not yet consumed.
   virtual bool inbound_pending(int src) const = 0;
-
-  // Ranks of the job that are not asleep right now (they compete for the CPUs).
-  virtual int awake_ranks() const = 0;
-  // Sleeping: arm, re-check (poll with full_scan), then sleep or disarm.
-  virtual std::uint32_t arm() = 0;
-  virtual void sleep(std::uint32_t token, std::chrono::nanoseconds timeout) = 0;
-  virtual void disarm() = 0;
-  // Wakes this rank's own threads asleep in sleep() (threads of one rank: a change one made
-  // that another waits for). Called, like arm(), by one thread at a time (the engine's lock).
-  virtual void wake_sleepers() {}
-
-  // Peer health and job state. check_job() throws PeerFailure if the job was aborted.
-  virtual PeerState peer_state(int peer) = 0;
-  virtual void check_job() = 0;
-  // Records that `peer` vanished and aborts the job, so every rank of the job learns it.
-  virtual void report_failure(int peer) = 0;
-  // Records that this rank is about to raise PeerFailure because `peer` finalized or exited
-  // (which aborts nothing by itself): if this rank then fails, the job's failure names `peer`,
-  // the root cause, after this rank's exit code or exception, or alone when this rank's end
-  // is unknown; a signal is named alone (segment::record_job_failure). The first cause counts.
-  virtual void note_failure_cause(int /*peer*/) {}
-
-  virtual void set_blocked(const BlockedInfo& info) = 0;
-  virtual void clear_blocked() = 0;
-  // This rank will send nothing more (destroy_process_group).
-  virtual void mark_finalized() = 0;
 };
 
 }  // namespace shmdist::transport

@@ -4,16 +4,17 @@
 #include <chrono>
 #include <optional>
 
+#include "base/config.hpp"
+#include "base/cpus.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
 namespace shmdist::wait {
 
-// How often a blocked call looks at its peers' health, the job state and its deadline, and
-// how often a rank without a supervising launcher polls its peers' processes, unless the
-// job's configuration says otherwise (SHMDIST_HEALTH_CHECK_MS, pg/config.hpp).
-inline constexpr std::chrono::milliseconds kDefaultHealthCheck{100};
+// How often a blocked call looks at its peers' health (a setting: base/config.hpp).
+using config::kDefaultHealthCheck;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,14 +48,14 @@ struct SpinPolicy {
     bool yield;
   };
   Choice choose(int awake_ranks) const {
-    return awake_ranks > cpus ? Choice{spin_crowded, true} : Choice{spin_alone, false};
+    return shmdist::cpus::oversubscribed(awake_ranks, cpus) ? Choice{spin_crowded, true}
+                                                            : Choice{spin_alone, false};
   }
 
-  // `spin_us` (SHMDIST_SPIN_US) replaces both spin times; `cpus` (SHMDIST_LOCAL_CPUS, set by
-  // launchers) is the job's CPU count, counted from this process's affinity when unset.
-  static SpinPolicy for_job(std::optional<long> spin_us, std::optional<int> cpus,
+  // `spin_us` (SHMDIST_SPIN_US) replaces both spin times; `cpus` is the job's CPU count
+  // (cpus::for_job: SHMDIST_LOCAL_CPUS, else this process's affinity).
+  static SpinPolicy for_job(std::optional<long> spin_us, int cpus,
                             std::chrono::milliseconds health_check);
-  static int job_cpus(std::optional<int> cpus = std::nullopt);
 };
 
 }  // namespace shmdist::wait

@@ -5,7 +5,8 @@
     dist.init_process_group(backend="shm")      # the second
 
 Works with every init method (env://, tcp://, file://), under torchrun and under shmrun
-(which sets MASTER_ADDR and MASTER_PORT). Sub-groups made by dist.new_group share the
+(which sets MASTER_ADDR and MASTER_PORT), on one host or several (docs/hosts.md: "shm"
+inside each host, gloo between hosts). Sub-groups made by dist.new_group share the
 world's shared segment. torch 1.13 has no dist.ANY_SOURCE (any-source is src=None): this
 module defines torch.distributed.ANY_SOURCE = None when torch lacks it, and lets
 dist.monitored_barrier (which torch 1.13 refuses in Python for every backend but gloo)
@@ -45,6 +46,7 @@ if _public(torch.__version__) != _public(_TORCH_BUILT_AGAINST):
         "torch of this environment)")
 
 from . import _C  # noqa: E402  (only once the torch is known to be the right one)
+from . import _hosts  # noqa: E402
 
 _TORCH2 = _release(torch.__version__) >= (2, 0)
 
@@ -55,6 +57,13 @@ def _create_process_group(options, pg_options):
     if pg_options is not None:
         raise _C.InvalidArgument("the shm backend takes no pg_options, got " + repr(pg_options)
                                  + "; leave pg_options unset (None)")
+    # Members on several hosts (each its own /dev/shm): "shm" inside each host, gloo between
+    # them (docs/hosts.md). On one host: the group as before.
+    across_hosts = _hosts.create(options.store, options.group_rank, options.group_size,
+                                 options.timeout, options.group_id,
+                                 list(options.global_ranks_in_group))
+    if across_hosts is not None:
+        return across_hosts
     return _C._create_process_group(
         options.store,
         options.group_rank,
@@ -193,6 +202,7 @@ def _watch_peers_in_store_based_barrier():
 _watch_peers_in_store_based_barrier()
 
 ProcessGroupShm = _C.ProcessGroupShm
+ProcessGroupHosts = _hosts.ProcessGroupHosts
 Error = _C.Error
 InvalidArgument = _C.InvalidArgument
 Timeout = _C.Timeout

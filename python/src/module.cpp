@@ -15,8 +15,8 @@
 
 #include "null_group.hpp"
 #include "overhead.hpp"
-#include "pg/runtime_hooks.hpp"
-#include "process_group.hpp"
+#include <shmdist/embedding.hpp>
+#include "backend.hpp"
 #include "tensor_bridge.hpp"
 
 namespace py = pybind11;
@@ -38,7 +38,7 @@ std::shared_ptr<Job> world_job() {
 // Group ids for sub-groups: torch names groups "1", "2", ... in creation order, the same on
 // every rank (non-members count too), so the name gives an id all members agree on, counted
 // from where shmdist leaves ids to runtimes.
-constexpr std::uint32_t kIdBase = detail::kFirstRuntimeGroupId;  // bit 29
+constexpr std::uint32_t kIdBase = embedding::kFirstRuntimeGroupId;  // bit 29
 constexpr std::uint32_t kIdMask = kIdBase - 1;
 
 std::uint32_t group_id_from_name(const std::string& name) {
@@ -55,8 +55,8 @@ std::uint32_t group_id_from_name(const std::string& name) {
   return kIdBase | (n & kIdMask);
 }
 
-detail::KeyValueStore key_value_store(const c10::intrusive_ptr<c10d::Store>& store) {
-  detail::KeyValueStore kv;
+embedding::KeyValueStore key_value_store(const c10::intrusive_ptr<c10d::Store>& store) {
+  embedding::KeyValueStore kv;
   kv.set = [store](const std::string& key, const std::string& value) {
     store->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
   };
@@ -80,7 +80,7 @@ c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>
                                                   std::chrono::milliseconds timeout,
                                                   bool is_world) {
   auto job = std::make_shared<Job>(
-      detail::join_through_store(rank, size, timeout, key_value_store(store)));
+      embedding::join_through_store(rank, size, timeout, key_value_store(store)));
   std::vector<int> members = iota(size);
   if (is_world) {
     std::lock_guard lock(g_world_job_mutex);
@@ -107,7 +107,7 @@ c10::intrusive_ptr<BackendBase> create_process_group(
               " but torch made it rank ", rank, " of a group of global ranks that puts global "
               "rank ", members[static_cast<std::size_t>(rank)], " there");
   const std::uint32_t id = group_id_from_name(group_name);
-  Group group = detail::group_with_id(world->pg, members, id);
+  Group group = embedding::group_with_id(world->pg, members, id);
   return c10::make_intrusive<ProcessGroupShm>(world, store, rank, std::move(members),
                                               std::move(group), timeout,
                                               /*owns_job=*/false);
@@ -124,7 +124,7 @@ bool check_world_peers(const std::string& waiting_for) {
   std::unique_lock lock(world->mutex, std::try_to_lock);
   if (!lock.owns_lock()) return true;  // a call on the job is under way and checks itself
   if (!world->pg.is_initialized()) return false;
-  detail::check_peers(world->pg, waiting_for);
+  embedding::check_peers(world->pg, waiting_for);
   return true;
 }
 

@@ -12,7 +12,7 @@
 
 #include <chrono>
 
-#include "process_group.hpp"
+#include "backend.hpp"
 #include "tensor_bridge.hpp"
 
 namespace shmdist::torch_backend {

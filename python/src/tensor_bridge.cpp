@@ -6,24 +6,22 @@ namespace shmdist::torch_backend {
 
 DType to_shmdist(at::ScalarType type, const char* op) {
   switch (type) {
-    case at::kBool: return kBool;
-    case at::kByte: return kUInt8;
-    case at::kChar: return kInt8;
-    case at::kShort: return kInt16;
-    case at::kInt: return kInt32;
-    case at::kLong: return kInt64;
-    case at::kHalf: return kFloat16;
-    case at::kBFloat16: return kBFloat16;
-    case at::kFloat: return kFloat32;
-    case at::kDouble: return kFloat64;
+    // Every row of shmdist/dtype_table.hpp, by its torch ScalarType.
+#define SHMDIST_DTYPE_FROM_TORCH(name, code, element, storage, torch_name, kind, scalar) \
+  case at::ScalarType::scalar: return DType::name;
+    SHMDIST_DTYPES(SHMDIST_DTYPE_FROM_TORCH)
+#undef SHMDIST_DTYPE_FROM_TORCH
+    // Complex tensors travel as their real view.
     case at::kComplexHalf: return kFloat16;
     case at::kComplexFloat: return kFloat32;
     case at::kComplexDouble: return kFloat64;
     default:
+#define SHMDIST_DTYPE_TORCH_NAME(name, code, element, storage, torch_name, ...) torch_name ", "
       throw InvalidArgument(c10::str(
           "shm backend: ", op, " does not support tensors of dtype ", type,
-          "; supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, "
-          "float64 and complex (as their real view)"));
+          "; supported: " SHMDIST_DTYPES(SHMDIST_DTYPE_TORCH_NAME) "and complex (as their real "
+          "view)"));
+#undef SHMDIST_DTYPE_TORCH_NAME
   }
 }
 

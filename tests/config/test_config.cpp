@@ -10,7 +10,7 @@
 
 #include <shmdist/errors.hpp>
 
-#include "pg/config.hpp"
+#include "base/config.hpp"
 
 using namespace shmdist;
 
@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(the_table_has_every_variable_once) {
   for (const auto& [name, n] : seen) BOOST_TEST(n == 1, name);
 }
 
-// The table of variables in docs/launcher.md is the table in lib/pg/config.cpp, row for row.
+// The table of variables in docs/launcher.md is the table in lib/base/config.cpp, row for row.
 BOOST_AUTO_TEST_CASE(docs_document_every_variable) {
   std::ifstream in(SHMDIST_VARIABLES_DOC);
   BOOST_REQUIRE_MESSAGE(in, "cannot read " SHMDIST_VARIABLES_DOC);

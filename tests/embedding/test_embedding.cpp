@@ -181,30 +181,74 @@ BOOST_AUTO_TEST_CASE(heat_example_matches_single_process_run) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// Issue 27.11: a launch() rank's group serves the whole rank function, so initializing again
-// after destroy_process_group is refused, saying why and what to do (before: a silent no-op,
-// after which every call said "call init_process_group() first").
-BOOST_AUTO_TEST_CASE(init_again_after_destroy_in_a_launched_rank_is_refused_plainly) {
+// Issue 27.11: initializing again after destroy_process_group works in a launch() rank as
+// under shmrun, in both modes: every rank destroys, then initializes again and gets a working
+// group of the same world (twice over, and the ProcessGroup the rank function got works again).
+// (Before: the second init_process_group threw InvalidArgument.)
+BOOST_AUTO_TEST_CASE(init_again_after_destroy_in_a_launched_rank_works) {
   for (auto mode : all_modes()) {
     BOOST_TEST_CONTEXT(mode_name(mode)) {
       JobOptions o;
       o.mode = mode;
-      expect_job_ok(2, [](dist::ProcessGroup& pg) {
+      expect_job_ok(3, [](dist::ProcessGroup& pg) {
         const int rank = pg.get_rank();
-        dist::destroy_process_group();
-        bool refused = false;
-        try {
+        for (int round = 0; round < 3; ++round) {
+          RANK_REQUIRE(dist::is_initialized());
+          RANK_REQUIRE_EQ(dist::get_rank(), rank);
+          RANK_REQUIRE_EQ(dist::get_world_size(), 3);
+          dist::Tensor t = dist::full({4}, static_cast<float>(rank + 1 + 10 * round));
+          dist::all_reduce(t);  // 1 + 2 + 3 + 30 * round
+          RANK_REQUIRE_EQ(t.to_string(), dist::full({4}, 6.0f + 30 * round).to_string());
+          dist::Tensor p = dist::zeros(1, dist::kInt);  // a message around the ring
+          if (rank == 0) {
+            pg.send(dist::full({1}, round, dist::kInt), 1);
+            pg.recv(p, 2);
+          } else {
+            pg.recv(p, rank - 1);
+            pg.send(p, (rank + 1) % 3);
+          }
+          RANK_REQUIRE_EQ(p.to_string(), dist::full({1}, round, dist::kInt).to_string());
+          dist::destroy_process_group();
+          RANK_REQUIRE(!dist::is_initialized());
           dist::init_process_group();
-        } catch (const dist::InvalidArgument& e) {
-          const std::string what = e.what();
-          refused = what.find("on rank " + std::to_string(rank) + ":") != std::string::npos &&
-                    what.find("launch()") != std::string::npos &&
-                    what.find("under shmrun a rank may initialize again") != std::string::npos;
-          if (!refused) throw;
         }
-        RANK_REQUIRE(refused);
-        RANK_REQUIRE(!dist::is_initialized());
+        // The ProcessGroup launch() handed over is this rank's group again.
+        RANK_REQUIRE(pg.is_initialized());
+        pg.barrier();
       }, o);
+    }
+  }
+}
+
+// Mismatched re-initializations fail at once with a clear error, never wait out the timeout
+// or mix: one rank initializes again while the other returns from its rank function (rank 0
+// re-initializing, then rank 1, which waits for rank 0's claim in process mode).
+BOOST_AUTO_TEST_CASE(init_again_by_one_rank_only_fails_plainly) {
+  for (auto mode : all_modes()) {
+    for (int again : {0, 1}) {
+      BOOST_TEST_CONTEXT(mode_name(mode) << ", rank " << again << " initializes again") {
+        JobOptions o;
+        o.mode = mode;
+        const auto outcomes = run_job(2, [again](dist::ProcessGroup& pg) {
+          const int rank = pg.get_rank();
+          dist::destroy_process_group();
+          if (rank != again) return;
+          dist::InitOptions init;
+          init.timeout = std::chrono::seconds(50);  // longer than the job may take: see below
+          dist::init_process_group("shm", init);
+        }, o);
+        BOOST_REQUIRE_EQUAL(outcomes.size(), 2u);
+        BOOST_TEST(outcomes[1 - again].ok(), outcomes[1 - again].error);
+        // Not the timeout's message: the rank learned that its peer will never come.
+        const std::string& e = outcomes[again].error;
+        BOOST_TEST(!outcomes[again].ok());
+        BOOST_TEST(e.find("shmdist::SetupError") != std::string::npos, e);
+        BOOST_TEST(e.find("init_process_group on rank " + std::to_string(again)) !=
+                       std::string::npos, e);
+        BOOST_TEST(e.find("rank " + std::to_string(1 - again) +
+                          " will not initialize again: its rank function already ended") !=
+                       std::string::npos, e);
+      }
     }
   }
 }

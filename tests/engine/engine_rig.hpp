@@ -37,7 +37,7 @@ struct Rig {
     wait::SpinPolicy spin;
     spin.spin_alone = spin.spin_crowded = std::chrono::microseconds(1);
     spin.health_check = std::chrono::milliseconds(1);
-    engine = std::make_shared<engine::Engine>(std::make_unique<FakeTransport>(wire), spin, timeout);
+    engine = std::make_shared<engine::Engine>(fake_link(wire), spin, timeout);
     for (int r = 0; r < world; ++r) all.push_back(r);
   }
 

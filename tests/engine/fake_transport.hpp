@@ -1,9 +1,11 @@
-// An in-memory Transport for driving the engine in one process, deterministically: the test
-// decides what arrives from whom, how many bytes of it have arrived so far, how much a
-// destination takes, and how every peer stands. It is also the smallest complete
-// implementation of transport/transport.hpp, the model for the next transports.
+// An in-memory link (transport/link.hpp) for driving the engine in one process,
+// deterministically: the test decides what arrives from whom, how many bytes of it have
+// arrived so far, how much a destination takes (FakeTransport), and how every peer stands
+// (FakePeers). FakeTransport is also the smallest complete implementation of
+// transport/transport.hpp, the model for the next transports (tests/transport/
+// test_contract.cpp runs it through the contract every transport passes).
 //
-// A FakeTransport is owned by the engine; the test keeps the FakeWire it talks through.
+// The link is owned by the engine (fake_link); the test keeps the FakeWire it talks through.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +18,7 @@
 
 #include <shmdist/errors.hpp>
 
-#include "transport/transport.hpp"
+#include "transport/link.hpp"
 
 namespace shmdist::test {
 
@@ -150,31 +152,6 @@ class FakeTransport final : public transport::Transport {
     return w_->arrived[src] > w_->consumed_of(src);
   }
 
-  int awake_ranks() const override { return 1; }
-  std::uint32_t arm() override { return 0; }
-  void sleep(std::uint32_t, std::chrono::nanoseconds) override { ++w_->sleeps; }
-  void disarm() override {}
-
-  transport::PeerState peer_state(int peer) override {
-    if (w_->on_peer_state) w_->on_peer_state(peer);
-    return w_->peers[peer];
-  }
-  void check_job() override {
-    if (w_->job_aborted) throw PeerFailure(w_->job_failure);
-  }
-  void report_failure(int peer) override {
-    w_->reported_failures.push_back(peer);
-    w_->job_aborted = true;
-    w_->job_failure = "peer failure: " + w_->peers[peer].how;
-  }
-
-  void set_blocked(const transport::BlockedInfo& info) override {
-    w_->blocked.push_back(info);
-    ++w_->blocked_now;
-  }
-  void clear_blocked() override { --w_->blocked_now; }
-  void mark_finalized() override { w_->finalized = true; }
-
  private:
   // Delivers what has arrived from `src`: starts messages, fills their sinks (re-reading
   // sink->dest every time: the engine may repoint it), completes them.
@@ -210,5 +187,50 @@ class FakeTransport final : public transport::Transport {
 
   std::shared_ptr<FakeWire> w_;
 };
+
+class FakeWaker final : public transport::Waker {
+ public:
+  explicit FakeWaker(std::shared_ptr<FakeWire> wire) : w_(std::move(wire)) {}
+  int awake_ranks() const override { return 1; }
+  std::uint32_t arm() override { return 0; }
+  void sleep(std::uint32_t, std::chrono::nanoseconds) override { ++w_->sleeps; }
+  void disarm() override {}
+
+ private:
+  std::shared_ptr<FakeWire> w_;
+};
+
+class FakePeers final : public transport::Peers {
+ public:
+  explicit FakePeers(std::shared_ptr<FakeWire> wire) : w_(std::move(wire)) {}
+  transport::PeerState peer_state(int peer) override {
+    if (w_->on_peer_state) w_->on_peer_state(peer);
+    return w_->peers[peer];
+  }
+  void check_job() override {
+    if (w_->job_aborted) throw PeerFailure(w_->job_failure);
+  }
+  void report_failure(int peer) override {
+    w_->reported_failures.push_back(peer);
+    w_->job_aborted = true;
+    w_->job_failure = "peer failure: " + w_->peers[peer].how;
+  }
+
+  void set_blocked(const transport::BlockedInfo& info) override {
+    w_->blocked.push_back(info);
+    ++w_->blocked_now;
+  }
+  void clear_blocked() override { --w_->blocked_now; }
+  void mark_finalized() override { w_->finalized = true; }
+
+ private:
+  std::shared_ptr<FakeWire> w_;
+};
+
+// The three over one wire, for an engine.
+inline transport::Link fake_link(const std::shared_ptr<FakeWire>& wire) {
+  return {std::make_shared<FakePeers>(wire), std::make_shared<FakeWaker>(wire),
+          std::make_unique<FakeTransport>(wire)};
+}
 
 }  // namespace shmdist::test

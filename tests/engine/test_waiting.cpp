@@ -1,7 +1,8 @@
-// Engine::wait_until, the waiting loop of a blocking collective on the world lane: a call that
-// keeps moving round after round spins on instead of sleeping when its spin time runs out, and
-// a call whose members outnumber the CPUs is crowded (it yields and spins the crowded time)
-// however many ranks the transport counts awake.
+// The engine's waiter, through Engine::wait_until (how a blocking collective on the world lane
+// waits): a call that keeps moving round after round (its until() says Look::Moved) spins on
+// instead of sleeping when its spin time runs out, and a caller's spin choice (the lane's: as
+// for every member awake, since every one must run) holds however many ranks the transport
+// counts awake.
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -16,7 +17,7 @@
 #include <shmdist/errors.hpp>
 
 #include "engine/background.hpp"
-#include "engine/block_until.hpp"
+#include "engine/engine.hpp"
 #include "fake_transport.hpp"
 
 using namespace shmdist;
@@ -25,21 +26,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Named final : engine::BackgroundTask {
-  bool advance() override { return false; }
-  bool finished() const override { return false; }
-  void abandon(std::exception_ptr) override {}
+struct Named final : engine::WaitSubject {
   void awaited_peers(std::vector<int>&) const override {}
   std::string describe() const override { return "a test collective"; }
 };
 
 // A collective of rank 0 on the world lane, reduced to its round: it waits for every peer
 // whose flag (published[p]) is not up yet, as ShmLane::awaited reports them.
-struct Round final : engine::BackgroundTask {
+struct Round final : engine::WaitSubject {
   explicit Round(int world) : published(world, false) { published[0] = true; }
-  bool advance() override { return false; }
-  bool finished() const override { return false; }
-  void abandon(std::exception_ptr) override {}
   void awaited_peers(std::vector<int>& out) const override {
     ++lists;
     for (std::size_t p = 0; p < published.size(); ++p)
@@ -60,18 +55,24 @@ struct WaitRig {
   explicit WaitRig(wait::SpinPolicy spin) : wire(std::make_shared<FakeWire>(0, 3)) {
     spin.cpus = 1;
     spin.health_check = 1ms;
-    engine = std::make_shared<engine::Engine>(std::make_unique<FakeTransport>(wire), spin, 30s);
+    engine = std::make_shared<engine::Engine>(fake_link(wire), spin, 30s);
   }
   std::shared_ptr<FakeWire> wire;
   std::shared_ptr<engine::Engine> engine;
 };
 
+// What a blocking collective publishes while it waits (as coll/collectives.cpp's lane calls).
+engine::WaitFocus collective(const engine::WaitSubject& what) {
+  return {engine::kBlockedCollective, -1, nullptr, {}, 0, &what};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(engine_waiting)
 
-// Before WaitFocus::moves, a collective of many rounds fell asleep once its spin time had
-// passed since the call began, between two rounds, however fast the rounds came.
+// Before a call could say it moved (WaitFocus::moves then, Look::Moved now), a collective of
+// many rounds fell asleep once its spin time had passed since the call began, between two
+// rounds, however fast the rounds came.
 BOOST_AUTO_TEST_CASE(a_call_that_keeps_moving_does_not_sleep) {
   wait::SpinPolicy spin;
   spin.spin_alone = spin.spin_crowded = 100ms;
@@ -82,28 +83,40 @@ BOOST_AUTO_TEST_CASE(a_call_that_keeps_moving_does_not_sleep) {
   rig.engine->wait_until(
       [&] {
         ++rounds;  // a round moved at every look
-        return std::chrono::steady_clock::now() >= until;
+        return std::chrono::steady_clock::now() >= until ? engine::Look::Done
+                                                         : engine::Look::Moved;
       },
-      what, 0, {0, &rounds});
+      collective(what));
   BOOST_TEST(rounds > 1u);
   BOOST_TEST(rig.wire->sleeps == 0);
 }
 
-// Without moves the same call sleeps once its spin time is over (what the test above rules
-// out is the loop's doing, not the fake transport's).
+// Without moving (a bool until(), or Look::Idle) the same call sleeps once its spin time is
+// over (what the test above rules out is the loop's doing, not the fake transport's).
 BOOST_AUTO_TEST_CASE(a_call_that_does_not_move_sleeps_after_its_spin_time) {
   wait::SpinPolicy spin;
   spin.spin_alone = spin.spin_crowded = 1ms;
   WaitRig rig(spin);
   const auto until = std::chrono::steady_clock::now() + 50ms;
   const Named what;
-  rig.engine->wait_until([&] { return std::chrono::steady_clock::now() >= until; }, what, 0);
+  rig.engine->wait_until([&] { return std::chrono::steady_clock::now() >= until; },
+                         collective(what));
   BOOST_TEST(rig.wire->sleeps > 0);
+  WaitRig idle(spin);
+  const auto until_idle = std::chrono::steady_clock::now() + 50ms;
+  idle.engine->wait_until(
+      [&] {
+        return std::chrono::steady_clock::now() >= until_idle ? engine::Look::Done
+                                                              : engine::Look::Idle;
+      },
+      collective(what));
+  BOOST_TEST(idle.wire->sleeps > 0);
 }
 
 // The transport counts one rank awake on one CPU (not crowded: spin_alone, here 0, so the
-// loop would sleep at once); a call whose three members must all run is crowded: it spins the
-// crowded time, yielding, and finishes without sleeping.
+// loop would sleep at once); a call whose three members must all run spins as for three
+// ranks awake (the lane's choice, SpinPolicy::choose(world)): crowded, it spins the crowded
+// time, yielding, and finishes without sleeping.
 BOOST_AUTO_TEST_CASE(a_call_whose_members_outnumber_the_cpus_is_crowded) {
   wait::SpinPolicy spin;
   spin.spin_alone = 0ms;
@@ -112,14 +125,15 @@ BOOST_AUTO_TEST_CASE(a_call_whose_members_outnumber_the_cpus_is_crowded) {
     WaitRig rig(spin);
     int looks = 0;
     const Named what;
-    rig.engine->wait_until([&] { return ++looks >= 1000; }, what, 0, {3, nullptr});
+    rig.engine->wait_until([&] { return ++looks >= 1000; }, collective(what),
+                           rig.engine->spin_policy().choose(3));
     BOOST_TEST(rig.wire->sleeps == 0);
   }
   {
     WaitRig rig(spin);  // the same call, counting only the ranks awake: it sleeps
     int looks = 0;
     const Named what;
-    rig.engine->wait_until([&] { return ++looks >= 1000; }, what, 0);
+    rig.engine->wait_until([&] { return ++looks >= 1000; }, collective(what));
     BOOST_TEST(rig.wire->sleeps > 0);
   }
 }
@@ -153,7 +167,7 @@ BOOST_AUTO_TEST_CASE(a_waiting_thread_lets_another_thread_in) {
           if (!setter.joinable()) setter = std::thread(set_flag);
           return flag;
         },
-        what, 0));
+        collective(what)));
   }
   setter.join();
   BOOST_TEST(!error.has_value(), error.value_or(""));
@@ -207,7 +221,7 @@ BOOST_AUTO_TEST_CASE(a_peer_that_finalizes_right_after_its_last_round_is_no_fail
       };
       std::string error;
       try {
-        rig.engine->wait_until([&] { return round.all_published(); }, round, 0);
+        rig.engine->wait_until([&] { return round.all_published(); }, collective(round));
       } catch (const PeerFailure& e) {
         error = e.what();
       }

@@ -69,12 +69,12 @@ BOOST_AUTO_TEST_CASE(a_send_to_an_armed_rank_rings_its_doorbell_whichever_fence_
         transport::ShmTransport rank0(seg, 0, true);
         transport::ShmTransport rank1(seg, 1, true);
         if (!announced) seg->rank_control(1).heavy_fences.store(0);
-        const std::uint32_t token = rank1.arm();
+        const std::uint32_t token = rank1.waker()->arm();
         std::vector<std::byte> bytes(size, std::byte{5});
         auto msg = message_of(bytes, 0);
         BOOST_TEST(rank0.send_some(1, msg));
         BOOST_TEST(seg->rank_control(1).doorbell_seq.load() != token);
-        rank1.disarm();
+        rank1.waker()->disarm();
         // Not armed: no wake-up is owed, and none is made.
         const std::uint32_t now = seg->rank_control(1).doorbell_seq.load();
         auto again = message_of(bytes, 0);

@@ -17,7 +17,7 @@
 
 #include <shmdist/errors.hpp>
 
-#include "pg/config.hpp"
+#include "base/config.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
 #include "transport/frame.hpp"

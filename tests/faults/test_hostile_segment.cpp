@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(each_broken_field_is_named) {
        "offsets or total size disagree"},
       {"total size", [](SegmentHeader& h) { h.total_size *= 2; },
        "offsets or total size disagree"},
-      {"collective area offset", [](SegmentHeader& h) { h.coll_control_offset += 4096; },
+      {"collective area offset", [](SegmentHeader& h) { h.coll_slot_offset += 4096; },
        "offsets or total size disagree"},
       {"collective slot size", [](SegmentHeader& h) { h.coll_slot_size = 1ull << 40; },
        "offsets or total size disagree"},
@@ -225,7 +225,7 @@ BOOST_AUTO_TEST_CASE(attach_fd_on_crafted_memfds) {
 BOOST_AUTO_TEST_SUITE_END()
 
 // The collective area sits between the ring controls and the ring data (the last ring ends
-// the segment): one CollControl per rank, then two slots per rank of
+// the segment): from the first page after the ring controls, two slots per rank of
 // default_coll_slot_size(world) data bytes behind a one-line header, page aligned; the
 // segment's size is exactly that (the formula in docs/collectives.md).
 BOOST_AUTO_TEST_CASE(collective_area_geometry) {
@@ -235,16 +235,15 @@ BOOST_AUTO_TEST_CASE(collective_area_geometry) {
     const std::uint64_t ring = 65536;
     const Geometry g = Geometry::compute(world, ring);
     const std::uint64_t rings = std::uint64_t{world} * (world - 1);
-    BOOST_TEST(g.coll_control_offset == g.ring_control_offset + rings * sizeof(seg::RingControl));
-    BOOST_TEST(g.coll_slot_offset % seg::kPage == 0u);
-    BOOST_TEST(g.coll_slot_offset >= g.coll_control_offset + world * sizeof(seg::CollControl));
+    BOOST_TEST(g.coll_slot_offset ==
+               seg::align_up(g.ring_control_offset + rings * sizeof(seg::RingControl), seg::kPage));
     BOOST_TEST(g.coll_slot_size == seg::default_coll_slot_size(world));
     BOOST_TEST(g.coll_slot_stride == seg::align_up(seg::kCollSlotHeader + g.coll_slot_size, seg::kPage));
     BOOST_TEST(g.ring_data_offset == g.coll_slot_offset + world * 2 * g.coll_slot_stride);
     BOOST_TEST(g.coll_slot(world - 1, 1) + g.coll_slot_stride == g.ring_data_offset);
     BOOST_TEST(g.total_size == g.ring_data_offset + rings * ring);
     const std::uint64_t control = 2 * seg::kLine + world * 4 * seg::kLine +
-                                  rings * 2 * seg::kLine + world * 2 * seg::kLine;
+                                  rings * 2 * seg::kLine;
     BOOST_TEST(g.total_size == seg::align_up(control, seg::kPage) +
                                    world * 2 * seg::align_up(seg::kLine + g.coll_slot_size, seg::kPage) +
                                    rings * ring);

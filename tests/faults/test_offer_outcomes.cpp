@@ -42,9 +42,8 @@ struct EnginePair {
     spin.spin_alone = spin.spin_crowded = std::chrono::microseconds(1);
     spin.health_check = std::chrono::milliseconds(1);
     engine = std::make_shared<engine::Engine>(
-        std::make_unique<transport::ShmTransport>(seg, 0, true, config::kDefaultHealthCheck,
-                                                  kThreshold),
-        spin, timeout);
+        transport::make_shm_link(seg, 0, true, config::kDefaultHealthCheck, kThreshold), spin,
+        timeout);
   }
   std::shared_ptr<segment::Segment> seg =
       std::make_shared<segment::Segment>(segment::Segment::create_anonymous(2, 64 * 1024));

@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
-#include "pg/identity_claim.hpp"
-#include "pg/rendezvous.hpp"
-#include "pg/rendezvous_object.hpp"
+#include "bootstrap/identity_claim.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/rendezvous_object.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "support/shm_check.hpp"
@@ -253,16 +253,16 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_during_the_rendezvous_fails_the_others_at_once
       ranks.start(0, 3, port);
       // Rank 0 creates the segment (the name appears before the segment is complete: wait
       // until it can be attached); then rank 1 joins it.
-      shmdist::segment::Segment seen;
+      shmdist::segment::NamedObject seen;  // through the one named-object path
       BOOST_REQUIRE(ranks.procs[0]->wait_until(
           [&] {
-            if (!seen.valid()) seen = shmdist::segment::Segment::attach_name(name, 3);
-            return seen.valid() && seen.header().attached.load() == 1;
+            if (!seen.segment) seen = shmdist::segment::open_named_object(name, 3, "test");
+            return seen.segment && seen.segment->header().attached.load() == 1;
           },
           30s));
       ranks.start(1, 3, port);
-      BOOST_REQUIRE(
-          ranks.procs[1]->wait_until([&] { return seen.header().attached.load() == 2; }, 30s));
+      BOOST_REQUIRE(ranks.procs[1]->wait_until(
+          [&] { return seen.segment->header().attached.load() == 2; }, 30s));
       seen = {};
       const pid_t victim_pid = ranks.procs[victim]->pid();
       ranks.procs[victim]->signal(SIGKILL);
@@ -295,13 +295,13 @@ BOOST_AUTO_TEST_CASE(a_rank_dying_while_ranks_attach_through_a_store_fails_the_o
             std::vector<std::string>{program("fault_rank"), "store_join", dir}, o));
       }
       std::string name;  // from rank 0's announcement: "<name> <job key> <pid>"
-      shmdist::segment::Segment seen;
+      shmdist::segment::NamedObject seen;  // through the one named-object path
       BOOST_REQUIRE(ranks[0]->wait_until(
           [&] {
             if (name.empty()) std::ifstream(dir + "/shmdist_segment") >> name;
-            if (!name.empty() && !seen.valid())
-              seen = shmdist::segment::Segment::attach_name(name, 3);
-            return seen.valid() && seen.header().attached.load() == 2;
+            if (!name.empty() && !seen.segment)
+              seen = shmdist::segment::open_named_object(name, 3, "test");
+            return seen.segment && seen.segment->header().attached.load() == 2;
           },
           30s));
       seen = {};
@@ -356,13 +356,38 @@ BOOST_AUTO_TEST_CASE(segment_descriptors_are_close_on_exec) {
   BOOST_TEST((fcntl(created.segment->fd(), F_GETFD) & FD_CLOEXEC) != 0);
   const rv::NamedObject opened = rv::open_named_object(name, 2, "test");
   BOOST_TEST((fcntl(opened.fd, F_GETFD) & FD_CLOEXEC) != 0);
-  auto by_name = shmdist::segment::Segment::attach_name(name, 2);
-  BOOST_REQUIRE(by_name.valid());
-  BOOST_TEST((fcntl(by_name.fd(), F_GETFD) & FD_CLOEXEC) != 0);
+  BOOST_REQUIRE(opened.segment);
   rv::remove_name_of(created.fd, name);
-  auto named = shmdist::segment::Segment::create_named(2, 4096);
-  BOOST_TEST((fcntl(named.fd(), F_GETFD) & FD_CLOEXEC) != 0);
-  named.unlink_name();
+}
+
+// Issue 28: every named object goes through one path (segment/named_object.hpp, on
+// Boost.Interprocess), which gives what it creates mode 0600 exactly and this user as owner,
+// whatever the umask: under umask 000 it would be open to others (and every rank would refuse
+// it), under 0777 unreadable to a rank that is not root. The mark a contest leaves goes
+// through the same path. (The mark used to be made with the umask's mode: 0000 under 0777.)
+BOOST_AUTO_TEST_CASE(named_objects_are_private_whatever_the_umask) {
+  namespace rv = shmdist::detail;
+  int salt = 80;
+  for (const mode_t mask : {mode_t{0}, mode_t{0777}}) {
+    BOOST_TEST_CONTEXT("umask " << std::oct << mask) {
+      const std::string name = object_name(rendezvous_port(salt++), 2);
+      const mode_t old_mask = umask(mask);
+      rv::NamedObject obj = rv::create_named_object(name, 2, 4096);
+      rv::mark_contested(name);
+      umask(old_mask);
+      BOOST_REQUIRE(obj.fd >= 0 && obj.segment);
+      for (const std::string& n : {name, name + "-contested"}) {
+        struct stat st {};
+        BOOST_REQUIRE_MESSAGE(stat(("/dev/shm/" + n).c_str(), &st) == 0, n);
+        BOOST_TEST((st.st_mode & 07777) == 0600u, n << " has mode " << std::oct << st.st_mode);
+        BOOST_TEST(st.st_uid == geteuid());
+      }
+      BOOST_TEST(rv::contested_at(name) != 0);
+      rv::remove_name_of(obj.fd, name);
+      BOOST_TEST(!object_exists(name));
+      shm_unlink((name + "-contested").c_str());
+    }
+  }
 }
 
 // Issue 27.5: jobs started with the same identity (MASTER_ADDR, MASTER_PORT, WORLD_SIZE) by
@@ -450,15 +475,16 @@ BOOST_AUTO_TEST_CASE(a_second_job_arriving_while_a_job_forms_fails_both) {
       const std::string identity = "torch:127.0.0.1:" + std::to_string(port);
       std::vector<std::unique_ptr<LiveCommand>> a;
       a.push_back(start_sum(0, 3, port, "1"));
-      shmdist::segment::Segment seen;
+      shmdist::segment::NamedObject seen;  // through the one named-object path
       BOOST_REQUIRE(a[0]->wait_until(
           [&] {
-            if (!seen.valid()) seen = shmdist::segment::Segment::attach_name(name, 3);
-            return seen.valid() && seen.header().attached.load() == 1;
+            if (!seen.segment) seen = shmdist::segment::open_named_object(name, 3, "test");
+            return seen.segment && seen.segment->header().attached.load() == 1;
           },
           30s));
       a.push_back(start_sum(1, 3, port, "1"));
-      BOOST_REQUIRE(a[1]->wait_until([&] { return seen.header().attached.load() == 2; }, 30s));
+      BOOST_REQUIRE(
+          a[1]->wait_until([&] { return seen.segment->header().attached.load() == 2; }, 30s));
       seen = {};
       const CommandResult b = start_sum(intruder, 3, port, "1000")->finish(60s);
       expect_identity_refused(b, identity);
@@ -501,6 +527,88 @@ BOOST_AUTO_TEST_CASE(two_jobs_started_at_once_with_one_identity) {
       shm_unlink((name + "-contested").c_str());  // the mark a contest leaves
     }
   }
+}
+
+// Two 2-rank jobs with the same MASTER_ADDR/MASTER_PORT/WORLD_SIZE, started at the same moment,
+// whose launcher gave each run its own TORCHELASTIC_RUN_ID (as torchrun does): the run id is
+// part of the identity, so both jobs run, each with its own ranks, 10 times over. (Before,
+// they shared the identity: one job failed, or they mixed and summed 1001.)
+BOOST_AUTO_TEST_CASE(two_runs_with_their_own_run_id_never_mix) {
+  for (int trial = 0; trial < 10; ++trial) {
+    BOOST_TEST_CONTEXT("trial " << trial) {
+      const int port = rendezvous_port(200 + trial);
+      const std::string go = std::filesystem::temp_directory_path() /
+                             ("shmdist-go-" + std::to_string(getpid()));
+      std::vector<std::unique_ptr<LiveCommand>> procs;
+      for (int i = 0; i < 4; ++i)
+        procs.push_back(start_sum(i / 2, 2, port, i % 2 ? "1000" : "1",
+                                  {{"FAULT_RANK_START", go},
+                                   {"TORCHELASTIC_RUN_ID", i % 2 ? "run-b" : "run-a"}}));
+      std::ofstream(go).put('x');
+      for (int i = 0; i < 4; ++i) {
+        const CommandResult r = procs[i]->finish(60s);
+        BOOST_TEST_INFO(r.out << r.err);
+        BOOST_TEST(r.exit_code == 0);
+        BOOST_TEST(sums(r) == (i % 2 ? "2000" : "2"));
+      }
+      std::filesystem::remove(go);
+      shm_unlink((object_name(port, 2) + "-contested").c_str());  // none is expected
+    }
+  }
+}
+
+// The gap of identical variables: job A's rank 0 and job B's rank 1 can finish meeting before
+// A's rank 1 sees the segment (it polls every millisecond), forming a job of two jobs' ranks.
+// A's rank 1 then finds "a job already running" - as it would a job that formed without any
+// mix. The difference the holder can see: this rank began waiting for the identity before the
+// job had all its ranks. Stand-in, made deterministic with SIGSTOP: a rank 1 (adding 1000)
+// waits for its rank 0 and is stopped; ranks 0 and 1 adding 1 form a job meanwhile. Resumed,
+// the waiting rank fails (naming the identity) and tells the holder, and every rank of the
+// formed job fails at its next wait (PeerFailure: shared identity) instead of running on with
+// numbers that may be wrong. A process that begins to join after the job formed leaves it
+// alone: a_running_job_keeps_its_identity_from_a_second_job. (Before: the job ran on.)
+BOOST_AUTO_TEST_CASE(a_job_that_formed_while_a_duplicate_rank_waited_is_aborted) {
+  const int port = rendezvous_port(80);
+  const std::string identity = "torch:127.0.0.1:" + std::to_string(port);
+  const std::string tmp = std::filesystem::temp_directory_path();
+  const std::string hold0 = tmp + "/shmdist-hold0-" + std::to_string(getpid());
+  const std::string hold1 = tmp + "/shmdist-hold1-" + std::to_string(getpid());
+  auto waiting = start_sum(1, 2, port, "1000");
+  // In its rendezvous loop, it naps a millisecond at a time (before init_process_group, the
+  // program does not sleep).
+  auto napping = [&] {
+    std::ifstream f("/proc/" + std::to_string(waiting->pid()) + "/wchan");
+    std::string w;
+    std::getline(f, w);
+    return contains(w, "nanosleep");
+  };
+  BOOST_REQUIRE(waiting->wait_until(napping, 30s));
+  BOOST_REQUIRE(::kill(waiting->pid(), SIGSTOP) == 0);
+  std::vector<std::unique_ptr<LiveCommand>> a;
+  a.push_back(start_sum(0, 2, port, "1", {{"FAULT_RANK_HOLD", hold0}}));
+  a.push_back(start_sum(1, 2, port, "1", {{"FAULT_RANK_HOLD", hold1}}));
+  for (auto& p : a)
+    BOOST_REQUIRE(p->wait_until([&] { return contains(p->out(), "READY"); }, 30s));
+  BOOST_REQUIRE(::kill(waiting->pid(), SIGCONT) == 0);
+  const CommandResult late = waiting->finish(60s);
+  BOOST_TEST_INFO(late.out << late.err);
+  expect_identity_refused(late, identity);
+  BOOST_TEST(contains(late.out, "is already running with all 2 of its ranks"), late.out);
+  // Rank 0 waits in all_reduce for rank 1: its health checks read the report.
+  std::ofstream(hold0).put('x');
+  const CommandResult r0 = a[0]->finish(60s);
+  std::ofstream(hold1).put('x');
+  const CommandResult r1 = a[1]->finish(60s);
+  for (const CommandResult* r : {&r0, &r1}) {
+    BOOST_TEST_INFO(r->out << r->err);
+    BOOST_TEST(!r->timed_out);
+    BOOST_TEST(r->exit_code != 0);
+    BOOST_TEST(lines_starting(r->out, "SUM").empty());
+    expect_identity_refused(*r, identity);
+  }
+  std::filesystem::remove(hold0);
+  std::filesystem::remove(hold1);
+  shm_unlink((object_name(port, 2) + "-contested").c_str());  // the mark a contest leaves
 }
 
 // A process forked by rank 0 (a DataLoader worker) does not keep the job identity: once

@@ -39,7 +39,7 @@
 #include "transport/frame.hpp"
 #include "ring/ring.hpp"
 #include "segment/segment.hpp"
-#include "pg/config.hpp"
+#include "base/config.hpp"
 #include "transport/shm_transport.hpp"
 
 namespace {

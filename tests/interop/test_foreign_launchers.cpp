@@ -6,7 +6,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "pg/rendezvous.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "segment/named_object.hpp"
 #include "segment/segment.hpp"
 #include "support/process.hpp"
 #include "support/shm_check.hpp"
@@ -91,11 +92,12 @@ BOOST_AUTO_TEST_CASE(stale_segment_is_replaced_not_joined) {
   if (dead == 0) _exit(0);
   waitpid(dead, nullptr, 0);
   {
-    auto stale = shmdist::segment::Segment::create_named(2, 64 << 10, name);
-    stale.header().creator_pid = dead;
-    stale.rank_control(1).state.store(1);  // a rank of the crashed job had joined
-    stale.rank_control(1).pid.store(dead);
-  }  // unmapped, but its name stays in /dev/shm like a crash's would
+    const auto stale = shmdist::segment::create_named_object(name, 2, 64 << 10);
+    BOOST_REQUIRE(stale.segment);
+    stale.segment->header().creator_pid = dead;
+    stale.segment->rank_control(1).state.store(1);  // a rank of the crashed job had joined
+    stale.segment->rank_control(1).pid.store(dead);
+  }  // unmapped and closed, but its name stays in /dev/shm like a crash's would
   const auto r = torchrun_style("seed1_send_recv", 2, port);
   BOOST_TEST(r.exit_code == 0, r.err);
   BOOST_TEST(r.out == "Received from 0: tensor([10, 20, 30, 40])\n");

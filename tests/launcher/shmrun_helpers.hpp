@@ -29,7 +29,10 @@ inline std::vector<std::string> launch_variables() {
   return {"SHMDIST_SEGMENT_FD", "SHMDIST_SEGMENT", "SHMDIST_JOB_KEY", "SHMDIST_RING_SIZE",
           "SHMDIST_SPIN_US", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
           "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-          "PMI_RANK", "PMI_SIZE"};
+          "PMI_RANK", "PMI_SIZE",
+          // folded into the identity of torchrun-style jobs (lib/bootstrap/join.cpp, run_nonce)
+          "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PBS_JOBID", "LSB_JOBID",
+          "FLUX_JOB_ID"};
 }
 
 // Options for a command started with a clean launch environment.

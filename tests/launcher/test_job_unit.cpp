@@ -1,19 +1,24 @@
 // lib/job's pure parts: duration parsing, the wait-for cycle search, the hang report built
-// from a crafted segment, and the words used for how a rank ended.
+// from a crafted segment, the watchdog on a crafted segment, and the words used for how a
+// rank ended.
 #include <signal.h>
+#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <shmdist/errors.hpp>
 
+#include "base/duration.hpp"
 #include "job/diagnosis.hpp"
-#include "pg/duration.hpp"
 #include "job/spawn.hpp"
 #include "job/supervisor.hpp"
+#include "job/watchdog.hpp"
 #include "segment/job_state.hpp"
 
 using namespace shmdist;
@@ -100,6 +105,100 @@ BOOST_AUTO_TEST_CASE(hang_report_from_a_crafted_segment) {
   BOOST_TEST(text.find("1 -> 0: 2.0 KiB of 4.0 KiB") != std::string::npos);
   BOOST_TEST(text.find("deadlock: rank 0 waits for rank 1 (recv), "
                        "rank 1 waits for rank 0 (send)") != std::string::npos);
+}
+
+namespace {
+// What `fn` writes to standard error (the watchdog's messages and reports go there).
+std::string stderr_of(const std::function<void()>& fn) {
+  std::fflush(stderr);
+  std::FILE* file = std::tmpfile();
+  BOOST_TEST_REQUIRE(file != nullptr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(fileno(file), STDERR_FILENO);
+  try {
+    fn();
+  } catch (...) {
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    std::fclose(file);
+    throw;
+  }
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  std::string text;
+  std::rewind(file);
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) text.append(buf, n);
+  std::fclose(file);
+  return text;
+}
+}  // namespace
+
+// The one watchdog of shmrun and launch(), on a crafted deadlock and with the times given to
+// it (no clock in the verdicts): it samples at start and every quarter of the hang interval,
+// reports the stall once when it has lasted the interval, and says once that the job timeout
+// has passed. SIGUSR1 is offered only by an owner that handles it (shmrun).
+BOOST_AUTO_TEST_CASE(watchdog_reports_a_stall_once_and_the_timeout_once) {
+  for (const bool sigusr1 : {false, true}) {
+    BOOST_TEST_CONTEXT("sigusr1_reports " << sigusr1) {
+      auto seg = segment::Segment::create_anonymous(2, 4096);
+      for (int r = 0; r < 2; ++r) {
+        auto& rc = seg.rank_control(r);
+        rc.pid.store(getpid());
+        rc.state.store(static_cast<std::uint32_t>(segment::RankState::Running));
+        rc.blocked.op.store(segment::kBlockedRecv);
+        rc.blocked.peer.store(1 - r);
+        rc.blocked.since_ns.store(segment::wall_clock_ns());
+      }
+      job::WatchdogOptions o;
+      o.name = "dog";
+      o.job_timeout = 10s;
+      o.hang_report = 1s;
+      o.timeout_setting = "--timeout";
+      o.hang_report_setting = "--hang-report";
+      o.sigusr1_reports = sigusr1;
+      job::Watchdog dog(seg, o);
+      job::JobView ranks;
+      ranks.pids = {getpid(), getpid()};
+      ranks.ended = {"", ""};
+      const auto t0 = job::Watchdog::Clock::now();
+      BOOST_TEST((dog.next_check() == job::Watchdog::Clock::time_point::max()));  // not started
+      dog.start(t0);
+      BOOST_TEST((dog.next_check() == t0));
+      std::string quiet = stderr_of([&] {
+        BOOST_TEST(!dog.check(t0, ranks));
+        BOOST_TEST((dog.next_check() == t0 + 250ms));
+        BOOST_TEST(!dog.check(t0 + 250ms, ranks));  // still for 250 ms of 1 s
+      });
+      BOOST_TEST(quiet.empty(), quiet);
+      const std::string hung = stderr_of([&] { BOOST_TEST(!dog.check(t0 + 1500ms, ranks)); });
+      BOOST_TEST_INFO(hung);
+      BOOST_TEST(hung.find("dog: the job looks hung: ") == 0);
+      BOOST_TEST(hung.find("--hang-report sets the interval") != std::string::npos);
+      BOOST_TEST((hung.find("SIGUSR1") != std::string::npos) == sigusr1);
+      BOOST_TEST(hung.find("dog: state of the job (no progress):") != std::string::npos);
+      BOOST_TEST(hung.find("deadlock: rank 0 waits for rank 1 (recv)") != std::string::npos);
+      quiet = stderr_of([&] { BOOST_TEST(!dog.check(t0 + 3s, ranks)); });  // reported already
+      BOOST_TEST(quiet.empty(), quiet);
+      const std::string timeout = stderr_of([&] { BOOST_TEST(dog.check(t0 + 10s, ranks)); });
+      BOOST_TEST_INFO(timeout);
+      BOOST_TEST(timeout.find("dog: the job did not finish within its --timeout of 10000 ms") !=
+                 std::string::npos);
+      BOOST_TEST(timeout.find("dog: state of the job (timeout):") != std::string::npos);
+      BOOST_TEST(timeout.find("looks hung") == std::string::npos);
+      quiet = stderr_of([&] { BOOST_TEST(!dog.check(t0 + 11s, ranks)); });  // once
+      BOOST_TEST(quiet.empty(), quiet);
+    }
+  }
+}
+
+// Without a job timeout or a hang interval the watchdog has nothing to do.
+BOOST_AUTO_TEST_CASE(watchdog_off) {
+  auto seg = segment::Segment::create_anonymous(2, 4096);
+  job::Watchdog dog(seg, job::WatchdogOptions{});
+  dog.start(job::Watchdog::Clock::now());
+  BOOST_TEST((dog.next_check() == job::Watchdog::Clock::time_point::max()));
 }
 
 BOOST_AUTO_TEST_CASE(how_ranks_end_in_words) {

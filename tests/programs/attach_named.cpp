@@ -1,5 +1,6 @@
-// Tries to attach a named shmdist segment, as whatever user runs it (the permission test
-// runs it as 'nobody' against a segment root created with mode 0600).
+// Tries to attach a named shmdist segment through the one named-object path
+// (segment/named_object.hpp), as whatever user runs it (the permission test runs it as
+// 'nobody' against a segment root created with mode 0600).
 //
 //   attach_named NAME
 //
@@ -9,8 +10,10 @@
 #include <cstring>
 #include <string>
 
+#include <shmdist/errors.hpp>
+
 #include "report.hpp"
-#include "segment/segment.hpp"
+#include "segment/named_object.hpp"
 
 using namespace shmdist::programs;
 
@@ -21,12 +24,14 @@ int main(int argc, char** argv) {
   }
   return run_main([&] {
     emit("WHO uid=" + std::to_string(getuid()) + " gid=" + std::to_string(getgid()));
-    const auto seg = shmdist::segment::Segment::attach_name(argv[1], 0);
-    if (!seg.valid()) {
+    const auto obj =
+        shmdist::segment::open_named_object(argv[1], 0, "start the job under another identity");
+    if (!obj.invalid.empty()) throw shmdist::SetupError(obj.invalid);
+    if (!obj.segment) {  // no such name, or not complete yet
       emit("ABSENT");
       return 4;
     }
-    emit("ATTACHED world=" + std::to_string(seg.world_size()));
+    emit("ATTACHED world=" + std::to_string(obj.segment->world_size()));
     return 0;
   });
 }

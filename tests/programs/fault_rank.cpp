@@ -51,7 +51,7 @@
 #include "job/diagnosis.hpp"
 #include "pg/default_group.hpp"
 #include "pg/impl.hpp"
-#include "pg/runtime_hooks.hpp"
+#include <shmdist/embedding.hpp>
 #include "report.hpp"
 
 namespace dist = shmdist;
@@ -311,13 +311,13 @@ int fork_rejoin() {
 
 // A key-value store of files: set writes a temporary file and renames it (readers never see
 // half a value); get polls for the file, up to 60 s.
-shmdist::detail::KeyValueStore file_store(const std::string& dir) {
+shmdist::embedding::KeyValueStore file_store(const std::string& dir) {
   auto path = [dir](std::string key) {
     for (char& c : key)
       if (c == '/') c = '_';
     return dir + "/" + key;
   };
-  shmdist::detail::KeyValueStore store;
+  shmdist::embedding::KeyValueStore store;
   store.set = [path](const std::string& key, const std::string& value) {
     const std::string tmp = path(key) + ".tmp." + std::to_string(getpid());
     std::ofstream(tmp) << value;
@@ -342,7 +342,7 @@ shmdist::detail::KeyValueStore file_store(const std::string& dir) {
 
 int store_join(const std::string& dir) {
   const int rank = env_int("RANK", -1);
-  dist::ProcessGroup pg = shmdist::detail::join_through_store(
+  dist::ProcessGroup pg = shmdist::embedding::join_through_store(
       rank, env_int("WORLD_SIZE", -1), std::chrono::seconds(60), file_store(dir));
   emit("READY rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()));
   pg.barrier();

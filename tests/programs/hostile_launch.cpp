@@ -58,12 +58,22 @@ int sigchld_ignored() {
 
 int reaper_thread() {
   std::atomic<bool> stop{false};
+  std::atomic<bool> reaping{false};
   std::thread reaper([&] {
+    reaping = true;
     while (!stop.load()) {
       int status = 0;
       if (waitpid(-1, &status, WNOHANG) <= 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   });
+  // launch() starts only once the reaper runs its loop: the reaper is then certainly reaping
+  // throughout both jobs, and its thread start-up (which allocates: glibc's
+  // pthread_getattr_np, called by a sanitizer's thread start) is over before launch() forks.
+  // Under ASan that matters: GCC 12's libasan does not lock its allocator around fork, so a
+  // child forked while the starting thread held an allocator lock blocked forever in its
+  // first allocation (the test hung about 1 run in 20 under load). glibc's own malloc takes
+  // its locks around fork and is usable in the child (docs/embedding.md, "Forked ranks").
+  while (!reaping.load()) std::this_thread::yield();
   const std::string line = outcomes_line();
   stop = true;
   reaper.join();

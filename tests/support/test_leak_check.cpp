@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "launcher/shmrun_helpers.hpp"
-#include "pg/rendezvous.hpp"
+#include "bootstrap/rendezvous.hpp"
 #include "support/shm_check.hpp"
 
 using namespace shmdist::test;

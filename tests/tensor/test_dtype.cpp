@@ -36,6 +36,28 @@ BOOST_AUTO_TEST_CASE(sizes_names_and_kinds) {
   }
 }
 
+// Every row of shmdist/dtype_table.hpp as the API sees it: its code is the enumerator's value
+// (codes travel between ranks: a row never changes its code), its element type maps back to
+// it, and its size and name are the row's.
+BOOST_AUTO_TEST_CASE(every_row_of_the_table_is_what_the_api_says) {
+  int rows = 0;
+#define ROW(name, code, element, storage, torch_name, ...)                              \
+  BOOST_TEST_CONTEXT(#name) {                                                           \
+    ++rows;                                                                             \
+    BOOST_TEST(static_cast<int>(DType::name) == code);                                  \
+    BOOST_TEST((dtype_from_code(code) == DType::name));                                 \
+    BOOST_TEST((dtype_of<element>() == DType::name));                                   \
+    BOOST_TEST(element_size(DType::name) == sizeof(storage));                           \
+    BOOST_TEST(dtype_name(DType::name) == std::string_view(torch_name));                \
+  }
+  SHMDIST_DTYPES(ROW)
+#undef ROW
+  BOOST_TEST(rows == kNumDTypes);
+  // The codes of the first ten are fixed: peers of other builds read them.
+  BOOST_TEST(static_cast<int>(kBool) == 0);
+  BOOST_TEST(static_cast<int>(kFloat64) == 9);
+}
+
 BOOST_AUTO_TEST_CASE(torch_style_aliases) {
   BOOST_TEST((kShort == kInt16 && kInt == kInt32 && kLong == kInt64));
   BOOST_TEST((kHalf == kFloat16 && kFloat == kFloat32 && kDouble == kFloat64));

@@ -39,16 +39,6 @@ class Fake : public Base {
   void flush() override {}
   bool inbound_in_progress(int) const override { return false; }
   bool inbound_pending(int) const override { return false; }
-  int awake_ranks() const override { return 1; }
-  std::uint32_t arm() override { return 0; }
-  void sleep(std::uint32_t, std::chrono::nanoseconds) override {}
-  void disarm() override {}
-  PeerState peer_state(int) override { return {}; }
-  void check_job() override {}
-  void report_failure(int) override {}
-  void set_blocked(const BlockedInfo&) override {}
-  void clear_blocked() override {}
-  void mark_finalized() override {}
   int source = 0;
 
  private:
@@ -68,12 +58,32 @@ class FakeRemote : public Fake<RemoteTransport> {
   using Fake::Fake;
   std::chrono::nanoseconds poll_interval() override { return std::chrono::microseconds(10); }
   bool sends_in_flight() const override { return in_flight; }
+  bool peer_finalized(int) const override { return false; }
+  void send_finalized() override {}
   bool send_some(int, OutboundMessage& msg) override {
     msg.started = true;
     in_flight = true;
     return true;
   }
   bool in_flight = false;
+};
+
+class NullWaker : public Waker {
+ public:
+  int awake_ranks() const override { return 1; }
+  std::uint32_t arm() override { return 0; }
+  void sleep(std::uint32_t, std::chrono::nanoseconds) override {}
+  void disarm() override {}
+};
+
+class NullPeers : public Peers {
+ public:
+  PeerState peer_state(int) override { return {}; }
+  void check_job() override {}
+  void report_failure(int) override {}
+  void set_blocked(const BlockedInfo&) override {}
+  void clear_blocked() override {}
+  void mark_finalized() override {}
 };
 
 class NullHandler : public InboundHandler {
@@ -92,13 +102,16 @@ struct Routed {
     r->source = 2;
     local = l.get();
     remote = r.get();
-    routing = std::make_unique<RoutingTransport>(0, std::vector<int>{0, 1},
-                                                 std::vector<std::string>{"a", "a", "b"},
-                                                 std::move(l), std::move(r));
+    link = make_routing_link(
+        0, std::vector<int>{0, 1}, std::vector<std::string>{"a", "a", "b"},
+        Link{std::make_shared<NullPeers>(), std::make_shared<NullWaker>(), std::move(l)},
+        std::move(r));
+    routing = link.bytes.get();
   }
   Fake<Transport>* local;
   FakeRemote* remote;
-  std::unique_ptr<RoutingTransport> routing;
+  Link link;
+  Transport* routing;
   NullHandler handler;
 };
 
@@ -136,9 +149,9 @@ BOOST_AUTO_TEST_CASE(waiting_for_a_remote_peer_or_scanning_fully_looks_at_once) 
   const int slept = t.remote->polls;
   // A sleep as the engine makes it: arm, sleep, disarm (the reset happens in disarm, which
   // runs under the engine's lock; sleep runs without it, in several threads at once).
-  const std::uint32_t token = t.routing->arm();
-  t.routing->sleep(token, std::chrono::nanoseconds(0));
-  t.routing->disarm();
+  const std::uint32_t token = t.link.waker->arm();
+  t.link.waker->sleep(token, std::chrono::nanoseconds(0));
+  t.link.waker->disarm();
   t.routing->poll(t.handler, -1, false);  // the first call after a sleep looks
   BOOST_TEST(t.remote->polls == slept + 1);
 }

@@ -9,7 +9,9 @@ parameters) and backends (equal losses). With --time it prints the median step t
 
 import argparse
 import hashlib
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -69,3 +71,13 @@ else:
     say(f"LOSSES rank={rank} " + " ".join(float(l).hex() for l in losses))
 say(f"PARAMS rank={rank} {digest.hexdigest()}")
 dist.destroy_process_group()
+if args.backend == "gloo":
+    # The reference run only. torch 2.13's gloo with DDP aborts in the interpreter's teardown,
+    # after destroy_process_group has returned and everything above is printed, in about 1
+    # process of 6 on this machine type ("terminate called without an active exception":
+    # a std::thread of torch's destroyed while joinable; the same script with os._exit here
+    # never did in 40). That is torch's, not the backend under test, so gloo's run leaves
+    # without the teardown; "shm"'s run goes through it, so a crash of ours there still fails.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

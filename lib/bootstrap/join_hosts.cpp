@@ -1,0 +1,72 @@
+#include "bootstrap/join_hosts.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <set>
+
+#include "base/env.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "transport/mpi_transport.hpp"
+#include "transport/routing_transport.hpp"
+#include "transport/shm_transport.hpp"
+
+namespace shmdist::detail {
+
+std::string host_identity(const config::Config& config) {
+  if (config.host_id) return *config.host_id;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (boot && std::getline(boot, id) && !id.empty()) return "boot:" + id;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0]) return "host:" + std::string(name);
+  throw SetupError("cannot tell which host this rank runs on (no boot id, no host name); set "
+                   "SHMDIST_HOST_ID");
+}
+
+bool mpi_job_spans_hosts(int world, const config::Config& config) {
+  if (config.host_id) return true;
+  const auto local = env::get_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX);
+  return local && *local < world;
+}
+
+namespace {
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+}  // namespace
+
+JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
+                              const config::Config& config) {
+  auto session = transport::MpiSession::start();
+  if (session->size() != world || session->rank() != rank)
+    throw SetupError("MPI says this is rank " + std::to_string(session->rank()) + " of " +
+                     std::to_string(session->size()) + " but the environment (or InitOptions) "
+                     "says rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                     "; under mpirun leave InitOptions::rank and world_size unset");
+  const std::string me = host_identity(config);
+  const std::vector<std::string> ids = session->allgather(me);
+  // For error texts: the real host name beside the identity.
+  const std::vector<std::string> names = session->allgather(host_name());
+  std::vector<std::string> hosts(world);
+  for (int r = 0; r < world; ++r)
+    hosts[r] = ids[r].rfind("boot:", 0) == 0 ? names[r] : ids[r] + " on " + names[r];
+  std::vector<int> local_members, remote;
+  for (int r = 0; r < world; ++r) (ids[r] == me ? local_members : remote).push_back(r);
+  int local_rank = 0;
+  while (local_members[local_rank] != rank) ++local_rank;
+
+  TransportWrap wrap = [&](transport::Link shm) {
+    return transport::make_routing_link(rank, local_members, hosts, std::move(shm),
+                                        transport::make_mpi_transport(session, remote));
+  };
+  // One segment per host, named from the job and the host identity.
+  // Its slots are numbered by local rank; every text names the global rank.
+  return join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
+                            mpi_job_id() + "/host:" + me, options, config, wrap, local_members);
+}
+
+}  // namespace shmdist::detail

@@ -1,0 +1,166 @@
+"""Backend "shm" across hosts (issue 30, docs/hosts.md), on emulated hosts: each host is a
+private mount namespace with its own /dev/shm tmpfs (unshare -m, which needs root or user
+namespaces), its ranks joined with the other host's through env:// on 127.0.0.1. Every host
+runs workers/host_launch.py, which starts its ranks, waits for them and reports what they left
+in that host's /dev/shm (gone with the namespace, so only it can look)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, WORKERS, base_env, failures, free_port
+
+
+def _why_no_namespaces():
+    try:
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs tmpfs /dev/shm"], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot run unshare: {e}"
+    if r.returncode != 0:
+        return (f"cannot give a process its own /dev/shm (unshare -m as uid {os.getuid()}): "
+                f"{r.stderr.strip()}")
+    return None
+
+
+WHY_NOT = _why_no_namespaces()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+
+
+def _in_own_dev_shm(cmd):
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "emulated-host", *cmd]
+
+
+def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None):
+    """Runs workers/hosts.py on emulated hosts (`hosts`: the ranks of each), every rank with
+    WORLD_SIZE `world_sizes[host]` (the number of ranks by default). Returns the hosts'
+    reports (host_launch.py's JSON), after every process ended; kills them all and fails if
+    that takes longer than `timeout` seconds."""
+    port = str(free_port())
+    world = sum(len(h) for h in hosts)
+    procs = []
+    for h, ranks in enumerate(hosts):
+        env = base_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                        "WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
+                        **(extra_env or {})})
+        cmd = _in_own_dev_shm([PYTHON, str(WORKERS / "host_launch.py"), str(timeout - 20),
+                               str(WORKERS / "hosts.py"), *map(str, ranks), "--", mode])
+        kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=WORKERS, **kwargs))
+    reports = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, f"host launcher: exit {p.returncode}\n{out}\n{err}"
+            reports.append(json.loads(out))
+    except subprocess.TimeoutExpired:
+        os.killpg(procs[0].pid, 9)
+        for p in procs:
+            p.communicate()
+        pytest.fail(f"the job across emulated hosts did not end within {timeout} s")
+    return reports
+
+
+def _ranks(reports):
+    return {r["rank"]: r for report in reports for r in report["ranks"]}
+
+
+def _show(reports):
+    return "\n".join(f"--- rank {r['rank']} exit {r['rc']}\n{r['out']}\n{r['err'][-3000:]}"
+                     for report in reports for r in report["ranks"])
+
+
+def test_two_hosts_two_ranks_each():
+    """all_reduce bitwise equal on every rank and equal to the documented order's sum,
+    reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
+    and across hosts, refusals naming "across hosts"; nothing left in either /dev/shm."""
+    reports = run_hosts([[0, 1], [2, 3]], "ops")
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"DONE rank={r}" in res["out"], text
+        assert res["out"].count("PASS ") == 8, text
+    digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+               if line.startswith("DIGEST ")}
+    assert len(digests) == 1, text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_world_size_disagreement_fails_at_once():
+    """Host B's ranks say WORLD_SIZE=5, host A's 4: every rank raises SetupError naming the
+    disagreement. The init timeout is 600 s and the test is bounded far below it, so waiting
+    it out would fail the test."""
+    reports = run_hosts([[0, 1], [2, 3]], "init", world_sizes=[4, 5], timeout=150,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for res in ranks.values():
+        assert res["rc"] not in (0, None), text
+        assert "SetupError" in res["err"], text
+        assert "was started with a world (group) size of" in res["err"], text
+        assert "start every rank with the same world size" in res["err"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_one_namespace_is_one_host():
+    """Four ranks sharing one /dev/shm are one host: the world is the plain "shm" group
+    (no gloo), whatever the launcher variables say."""
+    reports = run_hosts([[0, 1, 2, 3]], "one_host")
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert f"ONE HOST rank={r}" in res["out"], text
+    assert reports[0]["left_in_dev_shm"] == [], reports[0]["left_in_dev_shm"]
+
+
+def test_torchrun_two_nodes():
+    """torchrun --nnodes=2 (c10d rendezvous), one agent per emulated host with 2 ranks each:
+    the same program and checks as test_two_hosts_two_ranks_each, nothing left in either
+    /dev/shm (each host lists its own /dev/shm once its agent has ended)."""
+    port = free_port()
+    procs = []
+    for h in range(2):
+        # The first agent hosts the rendezvous store; both reach it at 127.0.0.1.
+        cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+               "--rdzv_id=shmdist-hosts-test",
+               f"--rdzv_conf=is_host={'true' if h == 0 else 'false'}",
+               "--redirects", "2", "--tee", "2", str(WORKERS / "hosts.py"), "ops"]
+        shell = ('mount -t tmpfs tmpfs /dev/shm && "$@"; rc=$?; '
+                 'echo "LEFT_IN_DEV_SHM [$(ls -A /dev/shm | tr "\\n" " ")]"; exit $rc')
+        full = ["unshare", "-m", "--propagation", "private", "sh", "-c", shell, "emulated-host",
+                *cmd]
+        kwargs = {"process_group": 0 if h == 0 else procs[0].pid}
+        procs.append(subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=base_env(), cwd=WORKERS, **kwargs))
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=200)
+            outs.append((p.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        os.killpg(procs[0].pid, 9)
+        for p in procs:
+            p.communicate()
+        pytest.fail("torchrun --nnodes=2 across emulated hosts did not end within 200 s")
+    text = "\n".join(f"--- agent exit {rc}\n{out}\n{err[-4000:]}" for rc, out, err in outs)
+    for rc, out, _ in outs:
+        assert rc == 0, text
+        assert not failures(out), text
+        assert "LEFT_IN_DEV_SHM []" in out, text
+    everything = "".join(out for _, out, _ in outs)
+    for r in range(4):
+        assert f"DONE rank={r}" in everything, text
+    digests = {line.split()[2] for line in everything.splitlines() if line.startswith("DIGEST ")}
+    assert len(digests) == 1, text

@@ -1,0 +1,179 @@
+"""A rank of a job across emulated hosts (tests/python/test_hosts.py): every operation that
+works across hosts, checked on every rank. Prints "PASS/FAIL <check> rank=<r>" lines and
+"DIGEST <rank> <hex>" of the all_reduce result (compared across ranks by the test).
+
+    hosts.py [ops|init|one_host]   ops: the checks; init: only init_process_group and
+                                   destroy; one_host: the world is the plain "shm" group
+"""
+
+import hashlib
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import shmdist.torch
+from common import expect, expect_equal, expect_raises, run_checks, say
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ops"
+# The test bounds its own run time well below a timeout it sets here (SHMDIST_TEST_INIT_TIMEOUT)
+# when it expects a failure within seconds: waiting out this timeout would fail it.
+dist.init_process_group("shm", timeout=timedelta(
+    seconds=float(os.environ.get("SHMDIST_TEST_INIT_TIMEOUT", "60"))))
+rank, world = dist.get_rank(), dist.get_world_size()
+from torch.distributed import distributed_c10d as c10d  # noqa: E402
+
+if mode == "init":
+    say(f"INIT rank={rank}")
+    dist.destroy_process_group()
+    sys.exit(0)
+if mode == "one_host":
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t)
+    pg = c10d._get_default_group()
+    if (not isinstance(pg, shmdist.torch.ProcessGroupHosts)
+            and torch.equal(t, torch.full((2,), 6.0))):
+        say(f"ONE HOST rank={rank}")
+    else:
+        say(f"FAIL one_host rank={rank}: {pg!r} {t}")
+    dist.destroy_process_group()
+    sys.exit(0)
+
+HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
+
+
+def values(r, n=1000):
+    """Rank r's input: large and small values, so that the order of the sum shows in its bits."""
+    g = torch.Generator().manual_seed(1000 + r)
+    return torch.randn(n, generator=g, dtype=torch.float32) * (10.0 ** (r % 3 * 4))
+
+
+def documented_sum(ranks_by_host):
+    """The order docs/hosts.md promises: in rank order inside each host, then host partials
+    in host order."""
+    acc = None
+    for host in ranks_by_host:
+        part = values(host[0])
+        for r in host[1:]:
+            part = part + values(r)
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def group_is_hosts():
+    pg = c10d._get_default_group()
+    expect(isinstance(pg, shmdist.torch.ProcessGroupHosts), f"the world is {pg!r}")
+    expect(pg.hosts == HOSTS, f"hosts {pg.hosts}")
+
+
+def all_reduce_documented_order():
+    t = values(rank)
+    dist.all_reduce(t)
+    expect_equal(t, documented_sum(HOSTS), "all_reduce SUM")
+    say(f"DIGEST {rank} {hashlib.sha256(t.numpy().tobytes()).hexdigest()}")
+    for op, combine in ((dist.ReduceOp.MAX, torch.maximum), (dist.ReduceOp.MIN, torch.minimum)):
+        t = values(rank)
+        dist.all_reduce(t, op=op)
+        expected = values(0)
+        for r in range(1, world):
+            expected = combine(expected, values(r))
+        expect_equal(t, expected, f"all_reduce {op}")
+    t = torch.full((3,), rank + 2, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    expect_equal(t, torch.full((3,), 2 * 3 * 4 * 5, dtype=torch.int64), "all_reduce PRODUCT")
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    work.wait()
+
+
+def reduce_to_each():
+    for dst in range(world):
+        t = values(rank)
+        dist.reduce(t, dst)
+        if rank == dst:
+            expect_equal(t, documented_sum(HOSTS), f"reduce to {dst}")
+
+
+def broadcast_from_each():
+    for src in range(world):
+        t = torch.full((5,), float(rank)) if rank != src else torch.arange(5.0) + src
+        dist.broadcast(t, src)
+        expect_equal(t, torch.arange(5.0) + src, f"broadcast from {src}")
+
+
+def p2p_ring():
+    # 0->1 and 2->3 stay on a host, 1->2 and 3->0 cross hosts.
+    out = torch.arange(6.0) + 10 * rank
+    got = torch.zeros(6)
+    to, frm = (rank + 1) % world, (rank - 1) % world
+    if rank % 2 == 0:
+        dist.send(out, to, tag=7)
+        dist.recv(got, frm, tag=7)
+    else:
+        dist.recv(got, frm, tag=7)
+        dist.send(out, to, tag=7)
+    expect_equal(got, torch.arange(6.0) + 10 * frm, f"recv from {frm}")
+    reqs = [dist.isend(out + 1, (rank + 2) % world), dist.irecv(got, (rank + 2) % world)]
+    for req in reqs:
+        req.wait()
+    expect_equal(got, torch.arange(6.0) + 10 * ((rank + 2) % world) + 1, "irecv across hosts")
+
+
+def all_gather_and_barrier():
+    outs = [torch.zeros(3) for _ in range(world)]
+    dist.all_gather(outs, torch.full((3,), float(rank)))
+    for r in range(world):
+        expect_equal(outs[r], torch.full((3,), float(r)), f"all_gather from {r}")
+    dist.barrier()
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank})
+    expect(objs == [{"rank": r} for r in range(world)], f"all_gather_object {objs}")
+    flat = torch.zeros(world * 2)
+    dist._all_gather_base(flat, torch.full((2,), float(rank)))  # all_gather_into_tensor on 2.x
+    expect_equal(flat, torch.arange(float(world)).repeat_interleave(2), "all_gather_into_tensor")
+    for root in (0, 3):
+        got = [torch.zeros(2) for _ in range(world)] if rank == root else None
+        dist.gather(torch.full((2,), float(rank)), got, dst=root)
+        if rank == root:
+            for r in range(world):
+                expect_equal(got[r], torch.full((2,), float(r)), f"gather to {root}")
+        out = torch.zeros(2)
+        dist.scatter(out, [torch.full((2,), 10.0 + r) for r in range(world)] if rank == root
+                     else None, src=root)
+        expect_equal(out, torch.full((2,), 10.0 + rank), f"scatter from {root}")
+    objs = [{"from": 2}] if rank == 2 else [None]
+    dist.broadcast_object_list(objs, src=2)
+    expect(objs == [{"from": 2}], f"broadcast_object_list {objs}")
+
+
+def sub_groups():
+    across = dist.new_group([1, 2, 3])
+    inside = dist.new_group([2, 3])
+    if rank in (1, 2, 3):
+        t = values(rank)
+        dist.all_reduce(t, group=across)
+        expect_equal(t, values(1) + (values(2) + values(3)), "all_reduce on [1, 2, 3]")
+    if rank in (2, 3):
+        t = values(rank)
+        dist.all_reduce(t, group=inside)
+        expect_equal(t, values(2) + values(3), "all_reduce on [2, 3]")
+        expect(not isinstance(inside, shmdist.torch.ProcessGroupHosts), f"{inside!r}")
+
+
+def refusals():
+    if rank == 0:
+        expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
+    expect_raises("across hosts", lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG))
+    expect_raises("across hosts",
+                  lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
+    if hasattr(dist, "all_to_all_single"):
+        expect_raises("across hosts",
+                      lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world)))
+
+
+run_checks([group_is_hosts, all_reduce_documented_order, reduce_to_each, broadcast_from_each,
+            p2p_ring, all_gather_and_barrier, sub_groups, refusals])
+dist.barrier()
+dist.destroy_process_group()
+say(f"DONE rank={rank}")
