@@ -48,11 +48,11 @@ int ProcessGroupShm::global_rank(int group_rank, const char* op) const {
 }
 
 c10::intrusive_ptr<ShmWork> ProcessGroupShm::make_work(c10d::OpType type,
-                                                       std::vector<at::Tensor> outputs,
+                                                       c10::ArrayRef<at::Tensor> outputs,
                                                        std::chrono::milliseconds op_timeout) const {
   const auto limit = op_timeout.count() > 0 ? op_timeout : timeout_;
   return c10::make_intrusive<ShmWork>(job_, getRank(), global_rank_of_this_process(), type,
-                                      std::move(outputs), limit);
+                                      outputs, limit);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::send(std::vector<at::Tensor>& tensors, int dst,
@@ -68,7 +68,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recv(std::vector<at::Tensor>& te
                                                      int tag) {
   BoundTensor b = bind(single(tensors, "recv"), "recv");
   const int from = global_rank(src, "recv");
-  auto work = make_work(c10d::OpType::RECV, {b.original}, c10d::kUnsetTimeout);
+  auto work = make_work(c10d::OpType::RECV, b.original, c10d::kUnsetTimeout);
   work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
   work->add(job_->pg.irecv(b.view, from, group_, tag));
@@ -78,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recv(std::vector<at::Tensor>& te
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
   BoundTensor b = bind(single(tensors, "recv"), "recv");
-  auto work = make_work(c10d::OpType::RECVANYSOURCE, {b.original}, c10d::kUnsetTimeout);
+  auto work = make_work(c10d::OpType::RECVANYSOURCE, b.original, c10d::kUnsetTimeout);
   work->set_source_map(source_map_);
   if (b.staging.defined()) work->on_success([b] { b.finish(); });
   work->add(job_->pg.irecv(b.view, ANY_SOURCE, group_, tag));
@@ -91,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::recvAnysource(std::vector<at::Te
 // Non-blocking, so that barrier(async_op=True) does not stall the caller.
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptions& opts) {
   return collective(c10d::OpType::BARRIER, {}, {}, opts.timeout, [&] {
-    return std::vector<Work>{embedding::start_barrier(job_->pg, group_)};
+    return PostedWorks{embedding::start_barrier(job_->pg, group_)};
   });
 }
 

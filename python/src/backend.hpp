@@ -7,12 +7,14 @@
 // `members_`, and receives report their sender's group rank (torch maps it back).
 #pragma once
 
+#include <c10/util/ArrayRef.h>
+#include <c10/util/FunctionRef.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,9 @@
 #include "work.hpp"
 
 namespace shmdist::torch_backend {
+
+// The shmdist operations one call posts: mostly one, kept inline (no allocation).
+using PostedWorks = c10::SmallVector<Work, 1>;
 
 class ProcessGroupShm : public BackendBase {
  public:
@@ -109,15 +114,18 @@ class ProcessGroupShm : public BackendBase {
 #endif
 
  private:
-  c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+  // `outputs` is only read (copied into the Work): a view of the caller's tensors.
+  c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, c10::ArrayRef<at::Tensor> outputs,
                                         std::chrono::milliseconds op_timeout) const;
   int global_rank(int group_rank, const char* op) const;
   // A collective: a Work returning `outputs`, copying `written` back out of their staging
-  // copies once `post` has completed.
-  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            const std::vector<BoundTensor>& written,
+  // copies once `post` has completed. The arguments are only read during the call (views,
+  // not copies, and `post` is called before it returns, so it is not stored): for tensors
+  // used in place nothing is allocated here but the Work.
+  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, c10::ArrayRef<at::Tensor> outputs,
+                                            c10::ArrayRef<BoundTensor> written,
                                             std::chrono::milliseconds timeout,
-                                            const std::function<std::vector<Work>()>& post);
+                                            c10::function_ref<PostedWorks()> post);
   // Runs `body`, a collective that posts `calls` shmdist collectives `call` (1, or one per
   // tensor for the coalesced forms); if it throws before reaching collective() (an argument
   // this adapter refuses: a dtype or layout shmdist does not carry, a reduction it lacks),

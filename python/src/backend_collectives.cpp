@@ -51,10 +51,10 @@ std::vector<Tensor> views(const std::vector<BoundTensor>& bound) {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::collective(
-    c10d::OpType type, std::vector<at::Tensor> outputs, const std::vector<BoundTensor>& written,
-    std::chrono::milliseconds timeout, const std::function<std::vector<Work>()>& post) {
+    c10d::OpType type, c10::ArrayRef<at::Tensor> outputs, c10::ArrayRef<BoundTensor> written,
+    std::chrono::milliseconds timeout, c10::function_ref<PostedWorks()> post) {
   seq_.fetch_add(1, std::memory_order_relaxed);
-  auto work = make_work(type, std::move(outputs), timeout);
+  auto work = make_work(type, outputs, timeout);
   for (const BoundTensor& b : written)
     if (b.staging.defined()) work->on_success([b] { b.finish(); });
   for (Work& w : post()) work->add(std::move(w));
@@ -86,7 +86,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::or_reject(c10d::OpType type, con
   // Nothing to take part in (a coalesced call of no tensors): the refusal is this rank's alone.
   if (calls == 0) throw InvalidArgument(std::string(call) + ": " + why);
   return collective(type, {}, {}, timeout, [&] {
-    std::vector<Work> works;
+    PostedWorks works;
     for (std::size_t i = 0; i < calls; ++i)
       works.push_back(embedding::reject_collective(job_->pg, group_, call, why));
     return works;
@@ -98,8 +98,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor
   return or_reject(c10d::OpType::BROADCAST, "broadcast", 1, opts.timeout, [&] {
     BoundTensor b = bind(single(tensors, "broadcast"), "broadcast");
     const int root = global_rank(static_cast<int>(opts.rootRank), "broadcast");
-    return collective(c10d::OpType::BROADCAST, tensors, {b}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.broadcast(b.view, root, group_, true)};
+    return collective(c10d::OpType::BROADCAST, tensors, b, opts.timeout, [&] {
+      return PostedWorks{job_->pg.broadcast(b.view, root, group_, true)};
     });
   });
 }
@@ -109,8 +109,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
   return or_reject(c10d::OpType::ALLREDUCE, "all_reduce", 1, opts.timeout, [&] {
     BoundTensor b = bind(single(tensors, "allreduce"), "allreduce");
     const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
-    return collective(c10d::OpType::ALLREDUCE, tensors, {b}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.all_reduce(b.view, op, group_, true)};
+    return collective(c10d::OpType::ALLREDUCE, tensors, b, opts.timeout, [&] {
+      return PostedWorks{job_->pg.all_reduce(b.view, op, group_, true)};
     });
   });
 }
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce_coalesced(
     std::vector<ReduceOp> ops;
     for (const BoundTensor& b : bound) ops.push_back(to_shmdist(opts.reduceOp, b.is_complex));
     return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, bound, opts.timeout, [&] {
-      std::vector<Work> works;
+      PostedWorks works;
       for (std::size_t i = 0; i < bound.size(); ++i)
         works.push_back(job_->pg.all_reduce(bound[i].view, ops[i], group_, true));
       return works;
@@ -142,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce(std::vector<at::Tensor>& 
     std::vector<BoundTensor> written;
     if (opts.rootRank == getRank()) written.push_back(b);  // the other inputs stay as they were
     return collective(c10d::OpType::REDUCE, tensors, written, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.reduce(b.view, root, op, group_, true)};
+      return PostedWorks{job_->pg.reduce(b.view, root, op, group_, true)};
     });
   });
 }
@@ -155,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather(
     std::vector<BoundTensor> out = bind_all(single_list(outputs, "allgather"), "allgather");
     return collective(c10d::OpType::ALLGATHER, outputs[0], out, opts.timeout, [&] {
       std::vector<Tensor> list = views(out);
-      return std::vector<Work>{job_->pg.all_gather(list, in.view, group_, true)};
+      return PostedWorks{job_->pg.all_gather(list, in.view, group_, true)};
     });
   });
 }
@@ -165,8 +165,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_allgather_base(
   return or_reject(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", 1, opts.timeout, [&] {
     BoundTensor in = bind(input, "_allgather_base");
     BoundTensor out = bind(output, "_allgather_base");
-    return collective(c10d::OpType::_ALLGATHER_BASE, {output}, {out}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.all_gather_into_tensor(out.view, in.view, group_, true)};
+    return collective(c10d::OpType::_ALLGATHER_BASE, output, out, opts.timeout, [&] {
+      return PostedWorks{job_->pg.all_gather_into_tensor(out.view, in.view, group_, true)};
     });
   });
 }
@@ -194,7 +194,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather_coalesced(
       }
     }
     return collective(c10d::OpType::ALLGATHER_COALESCED, flat, written, opts.timeout, [&] {
-      std::vector<Work> works;
+      PostedWorks works;
       for (std::size_t i = 0; i < in.size(); ++i) {
         std::vector<Tensor> list = views(per_input[i]);
         works.push_back(job_->pg.all_gather(list, in[i].view, group_, true));
@@ -221,7 +221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::gather(
     }
     return collective(c10d::OpType::GATHER, results, out, opts.timeout, [&] {
       std::vector<Tensor> list = views(out);
-      return std::vector<Work>{job_->pg.gather(in.view, list, root, group_, true)};
+      return PostedWorks{job_->pg.gather(in.view, list, root, group_, true)};
     });
   });
 }
@@ -238,8 +238,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::scatter(
     else
       refuse_unless(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                     "shm backend: scatter takes an input list on the root only");
-    return collective(c10d::OpType::SCATTER, outputs, {out}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.scatter(out.view, views(in), root, group_, true)};
+    return collective(c10d::OpType::SCATTER, outputs, out, opts.timeout, [&] {
+      return PostedWorks{job_->pg.scatter(out.view, views(in), root, group_, true)};
     });
   });
 }
@@ -251,8 +251,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter(
     BoundTensor out = bind(single(outputs, "reduce_scatter"), "reduce_scatter");
     std::vector<BoundTensor> in = bind_all(single_list(inputs, "reduce_scatter"), "reduce_scatter");
     const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
-    return collective(c10d::OpType::REDUCE_SCATTER, outputs, {out}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.reduce_scatter(out.view, views(in), op, group_, true)};
+    return collective(c10d::OpType::REDUCE_SCATTER, outputs, out, opts.timeout, [&] {
+      return PostedWorks{job_->pg.reduce_scatter(out.view, views(in), op, group_, true)};
     });
   });
 }
@@ -264,8 +264,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_reduce_scatter_base(
     BoundTensor out = bind(output, "_reduce_scatter_base");
     BoundTensor in = bind(input, "_reduce_scatter_base");
     const ReduceOp op = to_shmdist(opts.reduceOp, out.is_complex);
-    return collective(type, {output}, {out}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.reduce_scatter_tensor(out.view, in.view, op, group_, true)};
+    return collective(type, output, out, opts.timeout, [&] {
+      return PostedWorks{job_->pg.reduce_scatter_tensor(out.view, in.view, op, group_, true)};
     });
   });
 }
@@ -276,9 +276,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::alltoall_base(
   return or_reject(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", 1, opts.timeout, [&] {
     BoundTensor out = bind(output, "alltoall_base");
     BoundTensor in = bind(input, "alltoall_base");
-    return collective(c10d::OpType::ALLTOALL_BASE, {output}, {out}, opts.timeout, [&] {
-      return std::vector<Work>{job_->pg.all_to_all_single(out.view, in.view, output_splits,
-                                                          input_splits, group_, true)};
+    return collective(c10d::OpType::ALLTOALL_BASE, output, out, opts.timeout, [&] {
+      return PostedWorks{job_->pg.all_to_all_single(out.view, in.view, output_splits,
+                                                    input_splits, group_, true)};
     });
   });
 }
@@ -291,7 +291,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::alltoall(std::vector<at::Tensor>
     std::vector<BoundTensor> in = bind_all(inputs, "alltoall");
     return collective(c10d::OpType::ALLTOALL, outputs, out, opts.timeout, [&] {
       std::vector<Tensor> list = views(out);
-      return std::vector<Work>{job_->pg.all_to_all(list, views(in), group_, true)};
+      return PostedWorks{job_->pg.all_to_all(list, views(in), group_, true)};
     });
   });
 }
@@ -313,7 +313,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather_into_tensor_coalesced(
     std::vector<BoundTensor> out = bind_all(outputs, "allgather_into_tensor_coalesced");
     std::vector<BoundTensor> in = bind_all(inputs, "allgather_into_tensor_coalesced");
     return collective(c10d::OpType::COALESCED, outputs, out, opts.timeout, [&] {
-      std::vector<Work> works;
+      PostedWorks works;
       for (std::size_t i = 0; i < out.size(); ++i)
         works.push_back(job_->pg.all_gather_into_tensor(out[i].view, in[i].view, group_, true));
       return works;
@@ -334,7 +334,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter_tensor_coalesced(
     std::vector<ReduceOp> ops;
     for (const BoundTensor& b : out) ops.push_back(to_shmdist(opts.reduceOp, b.is_complex));
     return collective(type, outputs, out, opts.timeout, [&] {
-      std::vector<Work> works;
+      PostedWorks works;
       for (std::size_t i = 0; i < out.size(); ++i)
         works.push_back(
             job_->pg.reduce_scatter_tensor(out[i].view, in[i].view, ops[i], group_, true));

@@ -25,7 +25,10 @@ DType to_shmdist(at::ScalarType type, const char* op) {
   }
 }
 
-void check_tensor(const at::Tensor& t, const char* op) {
+namespace {
+
+// check_tensor's checks; returns the tensor's shmdist dtype.
+DType checked_dtype(const at::Tensor& t, const char* op) {
   refuse_unless(t.defined(), "shm backend: ", op, " got an undefined tensor");
   refuse_unless(!t.is_sparse(), "shm backend: ", op,
                 " does not support sparse tensors; send the dense values and indices "
@@ -35,21 +38,31 @@ void check_tensor(const at::Tensor& t, const char* op) {
                 "; move it with .cpu() or use backend 'nccl' for GPU tensors");
   refuse_unless(t.layout() == at::kStrided, "shm backend: ", op,
                 " supports strided (dense) tensors only, got layout ", t.layout());
-  to_shmdist(t.scalar_type(), op);
+  return to_shmdist(t.scalar_type(), op);
 }
+
+}  // namespace
+
+void check_tensor(const at::Tensor& t, const char* op) { checked_dtype(t, op); }
 
 void BoundTensor::finish() const {
   if (staging.defined()) original.copy_(is_complex ? at::view_as_complex(staging) : staging);
 }
 
 BoundTensor bind(const at::Tensor& t, const char* op) {
-  check_tensor(t, op);
+  const DType dtype = checked_dtype(t, op);
   BoundTensor b;
   b.original = t;
   b.is_complex = t.is_complex();
   // Conjugate or negative views, and any non-contiguous layout, go through a copy: shmdist
   // needs the values themselves, densely packed in row-major order.
   const bool in_place = t.is_contiguous() && !t.is_conj() && !t.is_neg();
+  if (in_place && !b.is_complex) {  // the common case: the caller's tensor itself, as below
+    std::vector<std::int64_t> sizes(t.sizes().begin(), t.sizes().end());
+    b.view = Tensor::from_blob(t.data_ptr(), std::move(sizes), dtype,
+                               std::make_shared<at::Tensor>(t));  // the owner, as below
+    return b;
+  }
   at::Tensor dense = t;
   if (!in_place) {
     dense = t.resolve_conj().resolve_neg().contiguous();
@@ -61,8 +74,7 @@ BoundTensor bind(const at::Tensor& t, const char* op) {
   // The shmdist view keeps the torch tensor it points into alive, so an operation that
   // outlives its Work (a dropped isend) never touches freed memory.
   std::shared_ptr<void> owner = std::make_shared<at::Tensor>(real);  // one allocation
-  b.view = Tensor::from_blob(real.data_ptr(), std::move(sizes), to_shmdist(t.scalar_type(), op),
-                             std::move(owner));
+  b.view = Tensor::from_blob(real.data_ptr(), std::move(sizes), dtype, std::move(owner));
   return b;
 }
 

@@ -11,10 +11,10 @@ namespace shmdist::torch_backend {
 using Clock = std::chrono::steady_clock;
 
 ShmWork::ShmWork(std::shared_ptr<Job> job, int rank, int global_rank, c10d::OpType type,
-                 std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
+                 c10::ArrayRef<at::Tensor> outputs, std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
       job_(std::move(job)),
-      outputs_(std::move(outputs)),
+      outputs_(outputs.begin(), outputs.end()),
       timeout_(timeout),
       global_rank_(global_rank) {}
 
@@ -135,7 +135,7 @@ int ShmWork::sourceRank() const {
   return source_;
 }
 
-std::vector<at::Tensor> ShmWork::result() { return outputs_; }
+std::vector<at::Tensor> ShmWork::result() { return {outputs_.begin(), outputs_.end()}; }
 
 // Completes the work first: shmdist makes progress only inside calls, so a future that
 // completed later would wait for a call nobody makes.
@@ -144,7 +144,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ShmWork::getFuture() {
       c10::ListType::create(c10::TensorType::get()));
   try {
     wait();
-    future->markCompleted(c10::IValue(outputs_));
+    future->markCompleted(c10::IValue(result()));
   } catch (...) {
     future->setError(std::current_exception());
   }

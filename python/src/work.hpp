@@ -4,6 +4,7 @@
 // shmdist: there is no background thread.
 #pragma once
 
+#include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -25,8 +26,9 @@ class ShmWork : public c10d::Work {
   // operation's from its options); `engine_timeout`: the job's, after which shmdist itself
   // throws Timeout (with the best message), so waits use it when the two agree.
   // `rank`: the group rank torch's Work carries; `global_rank`: the one errors name.
+  // `outputs` (what result() returns) is copied.
   ShmWork(std::shared_ptr<Job> job, int rank, int global_rank, c10d::OpType type,
-          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout);
+          c10::ArrayRef<at::Tensor> outputs, std::chrono::milliseconds timeout);
   ~ShmWork() override;
 
   void add(shmdist::Work work) { works_.push_back(std::move(work)); }
@@ -59,7 +61,9 @@ class ShmWork : public c10d::Work {
   // Most calls post one shmdist operation: kept inline, without an allocation.
   c10::SmallVector<shmdist::Work, 1> works_;
   std::vector<std::function<void()>> on_success_;
-  std::vector<at::Tensor> outputs_;
+  // What result() returns: mostly one tensor, kept inline (result() builds its vector only
+  // when asked, which torch's own wait path does not do).
+  c10::SmallVector<at::Tensor, 1> outputs_;
   std::shared_ptr<const std::vector<int>> members_;  // global ranks by group rank (receives)
   std::chrono::milliseconds timeout_;
   int global_rank_;
