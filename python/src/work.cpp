@@ -69,17 +69,21 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
     const bool explicit_limit = timeout != kNoTimeout;
     const auto limit = explicit_limit ? timeout : timeout_;
     const auto start = Clock::now();
+    // The subject of this wait's error messages, built only when one is thrown (a wait that
+    // completes allocates nothing for it).
+    const auto what = [this] {
+      return "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
+             std::to_string(global_rank_);
+    };
     // Another thread waiting on this same work: wait for it within the limit. No lock held
     // here is one another group's call needs (issue 27.1): the shmdist calls below take the
     // engine's lock and let it go while they wait.
     std::unique_lock lock(wait_mutex_, std::defer_lock);
     if (!lock.try_lock_until(start + limit) && !done()) {
-      const std::string what = "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
-                               std::to_string(global_rank_);
       if (explicit_limit)  // the work stays pending: wait() may be retried
-        throw Timeout(what + " did not complete within the " + std::to_string(limit.count()) +
+        throw Timeout(what() + " did not complete within the " + std::to_string(limit.count()) +
                       " ms given to wait(); another thread of this process is waiting on it");
-      throw Timeout(what + " timed out: not complete within the process group's timeout of " +
+      throw Timeout(what() + " timed out: not complete within the process group's timeout of " +
                     std::to_string(limit.count()) + " ms; another thread of this process was "
                     "waiting on the same work all that time");
     }
@@ -89,8 +93,6 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
       // only they need the clock).
       const bool own_limit = explicit_limit || limit != job_->pg.timeout();
       const auto deadline = start + limit;
-      const std::string what = "shm backend: " + c10d::opTypeToString(opType_) + " on rank " +
-                               std::to_string(global_rank_);
       bool still_pending = false;
       try {
         for (shmdist::Work& w : works_) {
@@ -106,7 +108,7 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
           }
           // " timeout " as a word of its own: torch's tests (and users' code written for
           // gloo) recognise a timeout by the regex " (Timed out|closed|timeout) ".
-          throw Timeout(what + " timed out: not complete within the process group's timeout "
+          throw Timeout(what() + " timed out: not complete within the process group's timeout "
                         "of " + std::to_string(limit.count()) +
                         " ms; check that every member of the group makes the matching call");
         }
@@ -118,7 +120,7 @@ bool ShmWork::wait(std::chrono::milliseconds timeout) {
         fail_locked(std::current_exception());
       }
       if (still_pending)  // thrown outside the try: the work is not failed
-        throw Timeout(what + " did not complete within the " + std::to_string(limit.count()) +
+        throw Timeout(what() + " did not complete within the " + std::to_string(limit.count()) +
                       " ms given to wait(); it is still pending: wait() again, or check that "
                       "every peer makes the matching call");
     }
