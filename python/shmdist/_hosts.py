@@ -470,8 +470,11 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
         # [] makes the C++ creator create the world's job (which its sub-groups map onto);
         # the ranks of a job that is not the world's are its own 0..n-1.
         members = [] if world_job else list(range(len(host)))
+    # A job of its own names its ranks in errors by their global ranks (a sub-group's world
+    # job already does).
+    names = [global_ranks[r] for r in host] if local_ranks is None else []
     local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
-                                     group_name, members)
+                                     group_name, members, names)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
     leaders = None
     if rank == host[0]:

@@ -35,7 +35,7 @@ def _in_own_dev_shm(cmd):
             'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "emulated-host", *cmd]
 
 
-def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None):
+def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None, args=()):
     """Runs workers/hosts.py on emulated hosts (`hosts`: the ranks of each), every rank with
     WORLD_SIZE `world_sizes[host]` (the number of ranks by default). Returns the hosts'
     reports (host_launch.py's JSON), after every process ended; kills them all and fails if
@@ -48,7 +48,7 @@ def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None):
                         "WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
                         **(extra_env or {})})
         cmd = _in_own_dev_shm([PYTHON, str(WORKERS / "host_launch.py"), str(timeout - 20),
-                               str(WORKERS / "hosts.py"), *map(str, ranks), "--", mode])
+                               str(WORKERS / "hosts.py"), *map(str, ranks), "--", mode, *args])
         kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env, cwd=WORKERS, **kwargs))
@@ -164,3 +164,23 @@ def test_torchrun_two_nodes():
         assert f"DONE rank={r}" in everything, text
     digests = {line.split()[2] for line in everything.splitlines() if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
+
+
+def _caught(res):
+    return [line for line in res["out"].splitlines() if line.startswith("CAUGHT ")]
+
+
+def test_errors_of_a_host_name_global_ranks():
+    """Global rank 3 (host B's second rank, index 1 on its host) is SIGKILLed while global
+    rank 2 waits in a recv from it, which goes over host B's "shm" job: the PeerFailure names
+    rank 3, the global rank, not 1, its index on the host."""
+    reports = run_hosts([[0, 1], [2, 3]], "peer_dies", args=["2"])
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[2])
+    assert len(caught) == 1, text
+    assert "PeerFailure" in caught[0], text
+    assert "rank 3 " in caught[0], text
+    assert "rank 1 " not in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

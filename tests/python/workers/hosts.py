@@ -2,12 +2,16 @@
 works across hosts, checked on every rank. Prints "PASS/FAIL <check> rank=<r>" lines and
 "DIGEST <rank> <hex>" of the all_reduce result (compared across ranks by the test).
 
-    hosts.py [ops|init|one_host]   ops: the checks; init: only init_process_group and
-                                   destroy; one_host: the world is the plain "shm" group
+    hosts.py [ops|init|one_host|peer_dies <waiters>]
+        ops: the checks; init: only init_process_group and destroy; one_host: the world is the
+        plain "shm" group; peer_dies: global rank 3 (host B's second rank) is SIGKILLed after a
+        barrier while the ranks in <waiters> (comma-separated) wait in a recv from it; each
+        prints "CAUGHT rank=<r> <exception type>: <first line>" (the others leave at once)
 """
 
 import hashlib
 import os
+import signal
 import sys
 from datetime import timedelta
 
@@ -40,6 +44,20 @@ if mode == "one_host":
         say(f"FAIL one_host rank={rank}: {pg!r} {t}")
     dist.destroy_process_group()
     sys.exit(0)
+
+if mode == "peer_dies":
+    waiters = [int(r) for r in sys.argv[2].split(",")]
+    dist.barrier()
+    if rank == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank in waiters:
+        try:
+            dist.recv(torch.zeros(1), 3)
+            say(f"FAIL peer_dies rank={rank}: recv from the killed rank 3 returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    # Without teardown: the job lost a rank, and the test only reads what was raised.
+    os._exit(0)
 
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
