@@ -10,9 +10,11 @@ namespaces with separate /dev/shm on one machine are two hosts; one host with ma
 one. The probes are removed as soon as every rank has looked (and on every failure).
 """
 
+import functools
 import os
 import re
 import secrets
+import threading
 import time
 import weakref
 from datetime import timedelta
@@ -204,6 +206,146 @@ def _refuse(op, why=""):
         "for it")
 
 
+class _Deaths:
+    """The job's record of a rank that died, in the store, so that the survivors on every host
+    raise PeerFailure naming it, not the error that reached them second hand (gloo's "connection
+    closed", a host mate that left after the death, the timeout).
+
+    Who writes it: a rank whose host's "shm" job saw one of its ranks end abnormally (that
+    job's PeerFailure names the global rank, 30.1): its failing call, or its watcher thread
+    (below) when it is not in a call. Who reads it: a call that fails, and the watcher, which
+    keeps the text, so a rank can name the cause after the store is gone (env:// keeps the store
+    in rank 0's process). A healthy job pays nothing per call: a call reads the record only
+    after it failed; the watcher polls this host's segment (no system call) and the store's
+    counter four times a second."""
+
+    POLL = 0.25  # s, the watcher's period
+    SETTLE = 3.0  # s a failed call waits for the record (the death's host mates report it)
+
+    def __init__(self, store, prefix):
+        self.store = store
+        self.count_key = prefix + "dead/count"
+        self.text_key = prefix + "dead/text"
+        self.text = None  # the record, once seen (a str is replaced whole: safe across threads)
+        self.watching = True
+
+    def read(self):
+        """The record's text, or None; None also when the store is unreachable."""
+        if self.text is None:
+            try:
+                # The count is raised after the text is set: a count above 0 means a text.
+                if self.store.add(self.count_key, 0) > 0:
+                    self.text = self.store.get(self.text_key).decode()
+            except RuntimeError:
+                pass
+        return self.text
+
+    def local(self, what):
+        """PeerFailure if a rank of this host's world "shm" job ended abnormally (published
+        first), else None."""
+        try:
+            _C._check_world_peers(what)
+        except _C.PeerFailure as e:
+            self.publish(str(e))
+            return e
+        return None
+
+    def publish(self, text):
+        if self.read() is not None:
+            return
+        self.text = text
+        try:
+            self.store.set(self.text_key, text)
+            self.store.add(self.count_key, 1)
+        except RuntimeError:
+            pass
+
+    def failure(self, error, what):
+        """What a call `what` that failed with `error` raises: PeerFailure naming the rank
+        that died, if one did, else `error`."""
+        text = self.read()
+        if text is None:
+            local = self.local(what)
+            if local is not None:
+                return local
+            deadline = time.monotonic() + self.SETTLE
+            while text is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                text = self.read()
+        if text is None:
+            return error
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if text == str(error):
+            return error
+        return _C.PeerFailure(text + " [on another host or before this call; this rank's " +
+                              what + " failed with: " + first + "]")
+
+    def watch(self, world_ref):
+        """The watcher thread's loop, while the world group lives and has a "shm" job."""
+        while self.watching and world_ref() is not None and self.text is None:
+            try:
+                if not _C._check_world_peers("watching the host's ranks"):
+                    return  # the host's job is gone (destroyed)
+            except _C.PeerFailure as e:
+                self.publish(str(e))
+                return
+            if self.read() is not None:
+                return
+            time.sleep(self.POLL)
+
+
+def _watched(what):
+    """Makes a failing call raise PeerFailure naming a rank that died anywhere (_Deaths)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except _C.InvalidArgument:
+                raise
+            except RuntimeError as e:
+                if self.deaths is None:
+                    raise
+                raise self.deaths.failure(e, what) from e
+        return call
+    return wrap
+
+
+_Work = getattr(dist, "_Work", None) or torch._C._distributed_c10d.Work
+
+
+class _WatchedWork(_Work):
+    """gloo's Work of a send or recv across hosts, whose wait raises as _watched says (its
+    error comes at wait, after the call returned)."""
+
+    def __init__(self, inner, deaths, what):
+        super().__init__()
+        self.inner, self.deaths, self.what = inner, deaths, what
+
+    def wait(self, timeout=None):
+        try:
+            return self.inner.wait() if timeout is None else self.inner.wait(timeout)
+        except _C.InvalidArgument:
+            raise
+        except RuntimeError as e:
+            raise self.deaths.failure(e, self.what) from e
+
+    def is_completed(self):
+        return self.inner.is_completed()
+
+    def is_success(self):
+        return self.inner.is_success()
+
+    def exception(self):
+        return self.inner.exception()
+
+    def source_rank(self):
+        return self.inner.source_rank()
+
+    def result(self):
+        return self.inner.result()
+
+
 class ProcessGroupHosts(dist.ProcessGroup):
     """A torch process group whose members are on several hosts: "shm" among the members on
     this host (`local`, a group of backend "shm"), gloo among all members (`gloo`) and among
@@ -225,6 +367,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.gloo = gloo
         self.leaders = leaders
         self.global_ranks = list(global_ranks)
+        self.deaths = None  # the world's _Deaths (set by the creator)
 
     def getBackendName(self):
         return "shm"
@@ -249,16 +392,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # point-to-point: a peer on this host over "shm", another host's over gloo
 
+    @_watched("send")
     def send(self, tensors, dst, tag=0):
         local = self._local_peer(dst)
         if local is None:
-            return self.gloo.send(tensors, dst, tag)
+            work = self.gloo.send(tensors, dst, tag)
+            return work if self.deaths is None else _WatchedWork(work, self.deaths, "send")
         return self.local.send(tensors, local, tag)
 
+    @_watched("recv")
     def recv(self, tensors, src, tag=0):
         local = self._local_peer(src)
         if local is None:
-            return self.gloo.recv(tensors, src, tag)
+            work = self.gloo.recv(tensors, src, tag)
+            return work if self.deaths is None else _WatchedWork(work, self.deaths, "recv")
         return self.local.recv(tensors, local, tag)
 
     def recv_anysource(self, tensors, tag=0):
@@ -266,6 +413,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # collectives
 
+    @_watched("barrier")
     def barrier(self, opts=None):
         # Nobody leaves before everyone entered: a leader passes the leaders' barrier only once
         # every leader has, each after its host's members entered; members leave after it.
@@ -300,12 +448,14 @@ class ProcessGroupHosts(dist.ProcessGroup):
             self._combine_hosts(tensor, op)
         self.local.broadcast([tensor], _broadcast_opts(0)).wait()
 
+    @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):
         op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce")
         tensor = self._one(tensors, "all_reduce")
         self._allreduce_one(tensor, op)
         return _done([tensor])
 
+    @_watched("all_reduce_coalesced")
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._check_op(opts if opts is not None else dist.AllreduceCoalescedOptions(),
                             "all_reduce_coalesced")
@@ -313,6 +463,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
             self._allreduce_one(tensor, op)
         return _done(list(tensors))
 
+    @_watched("reduce")
     def reduce(self, tensors, opts=None):
         op = self._check_op(opts, "reduce")
         tensor = self._one(tensors, "reduce")
@@ -322,6 +473,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
             tensor.copy_(result)
         return _done([tensor])
 
+    @_watched("broadcast")
     def broadcast(self, tensors, opts=None):
         src = opts.rootRank if opts is not None else 0
         self._local_peer(src)
@@ -337,9 +489,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # Operations that only move data go over gloo among all members: exact, as "shm"'s.
 
+    @_watched("all_gather")
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self.gloo.allgather(output_tensors, input_tensors)
 
+    @_watched("all_gather_into_tensor")
     def _allgather_base(self, output, input, opts=None):
         outputs = list(output.chunk(self.size()))
         if not outputs or any(o.shape != input.shape for o in outputs):
@@ -356,11 +510,13 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):  # torch 2.13's all_gather_into_tensor
         return self._allgather_base(output, input, opts)
 
+    @_watched("gather")
     def gather(self, output_tensors, input_tensors, opts=None):
         o = dist.GatherOptions()
         o.rootRank = opts.rootRank
         return self.gloo.gather(output_tensors, input_tensors, o)
 
+    @_watched("scatter")
     def scatter(self, output_tensors, input_tensors, opts=None):
         o = dist.ScatterOptions()
         o.rootRank = opts.rootRank
@@ -452,6 +608,9 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
                      ranks or list(range(size)), world_job=not ranks)
     if not ranks:
         _world = weakref.ref(group)
+        group.deaths = _Deaths(store, prefix)
+        threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
+                         name="shmdist-hosts-watch").start()
     return group
 
 
@@ -495,5 +654,7 @@ def _sub_group(world, store, rank, size, timeout, group_name, ranks):
     local_ranks = [world._local_rank[ranks[i]] for i in host]
     if len(hosts) == 1:
         return _C._create_process_group(store, rank, size, timeout, group_name, local_ranks)
-    return _compose(store, _KEY, rank, size, timeout, group_name, hosts, ranks,
-                    world_job=False, local_ranks=local_ranks)
+    group = _compose(store, _KEY, rank, size, timeout, group_name, hosts, ranks,
+                     world_job=False, local_ranks=local_ranks)
+    group.deaths = world.deaths
+    return group

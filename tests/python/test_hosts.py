@@ -184,3 +184,23 @@ def test_errors_of_a_host_name_global_ranks():
     assert "rank 1 " not in caught[0], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("call", ["recv", "all_reduce"])
+def test_a_rank_killed_on_another_host_is_named_everywhere(call):
+    """Global rank 3 is SIGKILLed while ranks 0, 1 (host A) and 2 (host B) wait in a recv
+    from it (0 and 1 over gloo) or in an all_reduce (rank 1 over host A's "shm" for its
+    leader, rank 0 among the leaders over gloo for rank 2): every survivor raises PeerFailure
+    naming rank 3, not gloo's error, nor a host mate that left, nor the timeout (the init
+    timeout, which bounds gloo's calls, is 600 s, the test far less)."""
+    reports = run_hosts([[0, 1], [2, 3]], "peer_dies", args=["0,1,2", call], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r in (0, 1, 2):
+        caught = _caught(ranks[r])
+        assert len(caught) == 1, text
+        assert "PeerFailure" in caught[0], text
+        assert "rank 3 " in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
