@@ -187,6 +187,8 @@ def _kind(op):
     return int(getattr(op, "op", op))
 
 
+_AVG = _kind(dist.ReduceOp.AVG)
+
 # How the leaders combine two host partials, by the ReduceOp's kind.
 _COMBINE = {
     _kind(dist.ReduceOp.SUM): torch.add,
@@ -436,37 +438,54 @@ class ProcessGroupHosts(dist.ProcessGroup):
             acc = combine(acc, part)
         tensor.copy_(acc)
 
-    def _check_op(self, opts, what):
-        if _kind(opts.reduceOp) not in _COMBINE:
+    def _check_op(self, opts, what, tensors=()):
+        kind = _kind(opts.reduceOp)
+        if kind == _AVG:
+            for t in tensors:
+                if not (t.is_floating_point() or t.is_complex()):
+                    raise _C.InvalidArgument(
+                        "shm backend: " + what + " with ReduceOp.AVG is defined on floating "
+                        "tensors only, not on " + str(t.dtype) + " (global rank " +
+                        str(self.global_ranks[self.rank()]) + "); use SUM and divide")
+            return opts.reduceOp
+        if kind not in _COMBINE:
             _refuse(what + " with reduce op " + str(getattr(opts.reduceOp, "op", opts.reduceOp)),
-                    "SUM, PRODUCT, MIN, MAX, BAND, BOR and BXOR are")
+                    "SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR and BXOR are")
         return opts.reduceOp
 
     def _allreduce_one(self, tensor, op):
+        # AVG: the SUM in the documented order, divided by the group's size on each leader
+        # (in the tensor's dtype) before it broadcasts: every rank gets the same bits.
+        avg = _kind(op) == _AVG
+        if avg:
+            op = dist.ReduceOp.SUM
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
+            if avg:
+                tensor.div_(self.size())
         self.local.broadcast([tensor], _broadcast_opts(0)).wait()
 
     @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):
-        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce")
         tensor = self._one(tensors, "all_reduce")
+        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
+                            [tensor])
         self._allreduce_one(tensor, op)
         return _done([tensor])
 
     @_watched("all_reduce_coalesced")
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._check_op(opts if opts is not None else dist.AllreduceCoalescedOptions(),
-                            "all_reduce_coalesced")
+                            "all_reduce_coalesced", tensors)
         for tensor in tensors:
             self._allreduce_one(tensor, op)
         return _done(list(tensors))
 
     @_watched("reduce")
     def reduce(self, tensors, opts=None):
-        op = self._check_op(opts, "reduce")
         tensor = self._one(tensors, "reduce")
+        op = self._check_op(opts, "reduce", [tensor])
         result = tensor.clone()
         self._allreduce_one(result, op)
         if self.rank() == opts.rootRank:
@@ -522,17 +541,85 @@ class ProcessGroupHosts(dist.ProcessGroup):
         o.rootRank = opts.rootRank
         return self.gloo.scatter(output_tensors, input_tensors, o)
 
+    # all_to_all only moves data: over gloo among all members (its all_to_all_single; the
+    # list form travels as one flat tensor of each rank's pieces).
+
+    @_watched("all_to_all_single")
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        self.gloo.alltoall_base(output, input, list(output_split_sizes),
+                                list(input_split_sizes), dist.AllToAllOptions()).wait()
+        return _done([output])
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):  # torch 2.13's name
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    @_watched("all_to_all")
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        _refuse("all_to_all")
+        n = self.size()
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise _C.InvalidArgument(
+                "shm backend: all_to_all takes " + str(n) + " output and " + str(n) + " input "
+                "tensors (one per rank), got " + str(len(output_tensors)) + " and " +
+                str(len(input_tensors)))
+        dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
+        if len(dtypes) != 1:
+            raise _C.InvalidArgument("shm backend: all_to_all takes tensors of one dtype, got " +
+                                     str(sorted(map(str, dtypes))))
+        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                                [t.numel() for t in input_tensors],
+                                dist.AllToAllOptions()).wait()
+        for o, piece in zip(output_tensors, flat_out.split([t.numel() for t in output_tensors])):
+            o.copy_(piece.view(o.shape))
+        return _done(list(output_tensors))
 
-    def alltoall_base(self, *args, **kwargs):
-        _refuse("all_to_all_single")
+    # reduce_scatter: the inputs reduced as all_reduce reduces (the same documented order,
+    # hence the same bits as all_reduce of the same inputs), each rank keeping its piece. It
+    # moves the whole input through the hierarchy, as all_reduce does.
 
-    def reduce_scatter(self, *args, **kwargs):
-        _refuse("reduce_scatter")
+    def _reduce_scatter_flat(self, pieces, flat, opts, what):
+        """Reduces `flat` (every rank's pieces, rank order) and copies rank r's piece to
+        pieces[r] on this rank (only this rank's entry is written)."""
+        op = self._check_op(opts if opts is not None else dist.ReduceScatterOptions(), what,
+                            [flat])
+        self._allreduce_one(flat, op)
+        mine = pieces[self.rank()]
+        offset = sum(p.numel() for p in pieces[:self.rank()])
+        mine.copy_(flat[offset:offset + mine.numel()].view(mine.shape))
 
-    def _reduce_scatter_base(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor")
+    @_watched("reduce_scatter")
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        output = self._one(output_tensors, "reduce_scatter")
+        inputs = self._one(input_tensors, "reduce_scatter")
+        if len(inputs) != self.size() or any(t.shape != output.shape or t.dtype != output.dtype
+                                               for t in inputs):
+            raise _C.InvalidArgument(
+                "shm backend: reduce_scatter takes " + str(self.size()) + " inputs of the "
+                "output's shape " + str(tuple(output.shape)) + " and dtype " +
+                str(output.dtype) + ", got " + str([(tuple(t.shape), str(t.dtype))
+                                                    for t in inputs]))
+        flat = torch.cat([t.reshape(-1) for t in inputs])
+        pieces = [output if r == self.rank() else t for r, t in enumerate(inputs)]
+        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter")
+        return _done([output])
+
+    @_watched("reduce_scatter_tensor")
+    def _reduce_scatter_base(self, output, input, opts=None):
+        if (input.numel() != output.numel() * self.size() or input.dtype != output.dtype):
+            raise _C.InvalidArgument(
+                "shm backend: reduce_scatter_tensor takes an input of world size (" +
+                str(self.size()) + ") x the output's elements, of its dtype; got " +
+                str(tuple(input.shape)) + " " + str(input.dtype) + " for an output of " +
+                str(tuple(output.shape)) + " " + str(output.dtype))
+        flat = input.reshape(-1).clone()
+        pieces = [output] * self.size()
+        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter_tensor")
+        return _done([output])
+
+    def reduce_scatter_single(self, output, input, opts=None):  # torch 2.13's name
+        return self._reduce_scatter_base(output, input, opts)
 
     def allgather_coalesced(self, *args, **kwargs):
         _refuse("all_gather_coalesced")
@@ -540,12 +627,6 @@ class ProcessGroupHosts(dist.ProcessGroup):
     # torch 2.x's names for more of the same, and its coalescing (batch_isend_irecv, FSDP's
     # _coalescing_manager): without these a call would reach torch's ProcessGroup, which has no
     # backend here, and say "No backend type associated with device type cpu".
-
-    def all_to_all_single(self, *args, **kwargs):
-        _refuse("all_to_all_single")
-
-    def reduce_scatter_single(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor")
 
     def reduce_scatter_single_coalesced(self, *args, **kwargs):
         _refuse("reduce_scatter_tensor_coalesced")

@@ -78,7 +78,8 @@ def _show(reports):
 def test_two_hosts_two_ranks_each():
     """all_reduce bitwise equal on every rank and equal to the documented order's sum,
     reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
-    and across hosts, refusals naming "across hosts"; nothing left in either /dev/shm."""
+    and across hosts, AVG, reduce_scatter (both forms) in the documented order, all_to_all
+    (both forms), refusals naming "across hosts"; nothing left in either /dev/shm."""
     reports = run_hosts([[0, 1], [2, 3]], "ops")
     ranks = _ranks(reports)
     text = _show(reports)
@@ -87,7 +88,7 @@ def test_two_hosts_two_ranks_each():
         assert res["rc"] == 0, text
         assert not failures(res["out"]), text
         assert f"DONE rank={r}" in res["out"], text
-        assert res["out"].count("PASS ") == 8, text
+        assert res["out"].count("PASS ") == 9, text
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text

@@ -188,19 +188,62 @@ def sub_groups():
         expect(not isinstance(inside, shmdist.torch.ProcessGroupHosts), f"{inside!r}")
 
 
+def piece(r, j, n=300):
+    """Rank r's input for rank j in reduce_scatter: values whose sum shows its order."""
+    return values(100 * r + j, n)
+
+
+def avg_reduce_scatter_all_to_all():
+    # AVG: the documented SUM divided by the world size, bitwise.
+    t = values(rank)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    expect_equal(t, documented_sum(HOSTS) / world, "all_reduce AVG")
+    expect_raises("floating", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32),
+                                                      op=dist.ReduceOp.AVG))
+    # reduce_scatter: rank j gets its pieces reduced in the documented order.
+    expected = (piece(0, rank) + piece(1, rank)) + (piece(2, rank) + piece(3, rank))
+    out = torch.zeros(300)
+    dist.reduce_scatter(out, [piece(rank, j) for j in range(world)])
+    expect_equal(out, expected, "reduce_scatter SUM")
+    out = torch.zeros(300)
+    dist.reduce_scatter(out, [piece(rank, j) for j in range(world)], op=dist.ReduceOp.MAX)
+    expect_equal(out, torch.maximum(torch.maximum(piece(0, rank), piece(1, rank)),
+                                    torch.maximum(piece(2, rank), piece(3, rank))),
+                 "reduce_scatter MAX")
+    out = torch.zeros(300)
+    dist._reduce_scatter_base(out, torch.cat([piece(rank, j) for j in range(world)]))
+    expect_equal(out, expected, "reduce_scatter_tensor SUM")
+    out = torch.zeros(300)
+    dist._reduce_scatter_base(out, torch.cat([piece(rank, j) for j in range(world)]),
+                              op=dist.ReduceOp.AVG)
+    expect_equal(out, expected / world, "reduce_scatter_tensor AVG")
+    # all_to_all_single, equal and unequal splits: rank r sends r + j + 1 elements to j.
+    inp = torch.arange(world * 2, dtype=torch.int64) + 100 * rank
+    out = torch.zeros(world * 2, dtype=torch.int64)
+    dist.all_to_all_single(out, inp)
+    expect_equal(out, torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.int64) + 100 * r
+                                 for r in range(world)]), "all_to_all_single")
+    sends = [rank + j + 1 for j in range(world)]
+    inp = torch.cat([torch.full((n,), 10.0 * rank + j) for j, n in enumerate(sends)])
+    gets = [r + rank + 1 for r in range(world)]
+    out = torch.zeros(sum(gets))
+    dist.all_to_all_single(out, inp, gets, sends)
+    expect_equal(out, torch.cat([torch.full((n,), 10.0 * r + rank) for r, n in enumerate(gets)]),
+                 "all_to_all_single with splits")
+    outs = [torch.zeros(r + 1) for r in range(world)]
+    dist.all_to_all(outs, [torch.full((rank + 1,), 10.0 * rank + j) for j in range(world)])
+    for r in range(world):
+        expect_equal(outs[r], torch.full((r + 1,), 10.0 * r + rank), f"all_to_all from {r}")
+
+
 def refusals():
     if rank == 0:
         expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
-    expect_raises("across hosts", lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG))
-    expect_raises("across hosts",
-                  lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
-    if hasattr(dist, "all_to_all_single"):
-        expect_raises("across hosts",
-                      lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world)))
 
 
 run_checks([group_is_hosts, all_reduce_documented_order, reduce_to_each, broadcast_from_each,
-            p2p_ring, all_gather_and_barrier, sub_groups, refusals])
+            p2p_ring, all_gather_and_barrier, sub_groups, avg_reduce_scatter_all_to_all,
+            refusals])
 dist.barrier()
 dist.destroy_process_group()
 say(f"DONE rank={rank}")
