@@ -205,3 +205,19 @@ def test_a_rank_killed_on_another_host_is_named_everywhere(call):
         assert "rank 3 " in caught[0], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_timeout_of_a_host_names_global_ranks():
+    """Global rank 2 waits over host B's "shm" job for a message global rank 3 never sends:
+    the Timeout names rank 3 and rank 2, not 1 and 0, their indices on the host."""
+    reports = run_hosts([[0, 1], [2, 3]], "recv_times_out", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "15"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[2])
+    assert len(caught) == 1, text
+    assert "Timeout" in caught[0], text
+    assert "from rank 3 " in caught[0] and "on rank 2 " in caught[0], text
+    assert "rank 1 " not in caught[0] and "rank 0 " not in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -2,12 +2,14 @@
 works across hosts, checked on every rank. Prints "PASS/FAIL <check> rank=<r>" lines and
 "DIGEST <rank> <hex>" of the all_reduce result (compared across ranks by the test).
 
-    hosts.py [ops|init|one_host|peer_dies <waiters> [recv|all_reduce]]
+    hosts.py [ops|init|one_host|peer_dies <waiters> [recv|all_reduce]|recv_times_out]
         ops: the checks; init: only init_process_group and destroy; one_host: the world is the
         plain "shm" group; peer_dies <waiters> [recv|all_reduce]: global rank 3 (host B's second
         rank) is SIGKILLed after a barrier while the ranks in <waiters> (comma-separated) wait
         in a recv from it (or an all_reduce); each
-        prints "CAUGHT rank=<r> <exception type>: <first line>" (the others leave at once)
+        prints "CAUGHT rank=<r> <exception type>: <first line>" (the others leave at once);
+        recv_times_out: rank 2 receives from rank 3, which sends nothing and stays past the
+        timeout, and prints what it caught as above
 """
 
 import hashlib
@@ -66,6 +68,20 @@ if mode == "peer_dies":
     # a pause, as a program logging its error would: env:// keeps the store in rank 0's
     # process, and ranks that learn the cause from it after rank 0 left cannot (docs/hosts.md).
     time.sleep(2)
+    os._exit(0)
+
+if mode == "recv_times_out":
+    # Rank 2 waits over host B's "shm" job for a message rank 3 never sends; the others stay
+    # past the timeout (rank 0 holds env://'s store).
+    dist.barrier()
+    if rank == 2:
+        try:
+            dist.recv(torch.zeros(1), 3)
+            say(f"FAIL recv_times_out rank={rank}: recv returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    else:
+        time.sleep(float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"]) + 5)
     os._exit(0)
 
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
