@@ -69,12 +69,24 @@ class _Probe:
         # no check(); add(key, 0) reads a counter on every store).
         self.error_key = prefix + "error"
         self.failed_key = prefix + "failed"
+        self.acks_key = prefix + "failed_seen"
+
+    # How long a failing rank waits for the others to read its error before it raises: the
+    # store may live in its process (env:// keeps it in rank 0's), and leaves with it.
+    _TELL = 5.0
 
     def fail(self, why):
         """Raises SetupError(why) here, and on every rank waiting in this probe."""
         try:
             self.store.set(self.error_key, why)
             self.store.add(self.failed_key, 1)  # after the set: a reader sees the error
+            # Every rank that raises counts itself once (here or in get); wait, bounded, until
+            # all have, so that none finds the store gone instead of the cause.
+            self.store.add(self.acks_key, 1)
+            deadline = time.monotonic() + self._TELL
+            while (self.store.add(self.acks_key, 0) < self.size and
+                   time.monotonic() < deadline):
+                time.sleep(0.02)
         finally:
             raise _C.SetupError(why)
 
@@ -83,8 +95,9 @@ class _Probe:
         reported a failure, or at the timeout."""
         while True:
             if self.store.add(self.failed_key, 0) > 0:
-                raise _C.SetupError(self.store.get(self.error_key).decode() + " (reported to " +
-                                    self.me + " through the store)")
+                error = self.store.get(self.error_key).decode()
+                self.store.add(self.acks_key, 1)  # after reading: the failing rank may leave
+                raise _C.SetupError(error + " (reported to " + self.me + " through the store)")
             began = time.monotonic()
             try:
                 self.store.wait([key], self._SLICE)
