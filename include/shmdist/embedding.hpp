@@ -30,8 +30,12 @@ struct KeyValueStore {
 // pid, through `store`, and the others attach to it. A segment announced by an earlier job
 // (its creator gone, its name gone, another job key) is never joined. The name is removed
 // from /dev/shm once every rank has attached (or when the join fails).
+// `global_of`, if not empty, is the rank each of the job's ranks stands for in error texts (a
+// runtime that joins one host's ranks of a job across hosts as a job of their own numbers them
+// 0..world-1 here, but every error names their global rank): world entries, by rank.
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                const KeyValueStore& store);
+                                const KeyValueStore& store,
+                                const std::vector<int>& global_of = {});
 
 // For a runtime's own wait that needs every rank of `pg`'s job (torch's store-based barrier,
 // which knows nothing of processes): throws PeerFailure naming the rank if one ended

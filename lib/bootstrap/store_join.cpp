@@ -27,6 +27,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// "rank <r>", r named as the texts name it: its global rank when the job is one host's ranks
+// of a job across hosts (`global_of`, checked by join_world_through_store), else r.
+std::string rank_text(int r, const std::vector<int>& global_of) {
+  return "rank " + std::to_string(global_of.empty() ? r : global_of[static_cast<std::size_t>(r)]);
+}
+
 constexpr const char* kSegmentKey = "shmdist/segment";
 constexpr const char* kRemedy =
     "start all ranks again with a fresh store (another MASTER_PORT or init file)";
@@ -70,7 +76,8 @@ std::string fresh_name(const std::string& shm_tag) {
 }
 
 // Why the announced segment cannot be joined, or "" if it can.
-std::string why_not_joinable(const NamedObject& obj, const Announcement& a, int rank) {
+std::string why_not_joinable(const NamedObject& obj, const Announcement& a, int rank,
+                             const std::vector<int>& global_of) {
   if (obj.fd < 0) return "its name is gone from /dev/shm";
   if (!obj.segment) return "it is incomplete";
   const auto& h = obj.segment->header();
@@ -79,7 +86,7 @@ std::string why_not_joinable(const NamedObject& obj, const Announcement& a, int 
       !process_alive(static_cast<pid_t>(h.creator_pid)))
     return "its creator (pid " + std::to_string(a.creator_pid) + ") is gone";
   if (obj.segment->rank_control(rank).state.load(std::memory_order_acquire) != 0)
-    return "rank " + std::to_string(rank) + " already joined it";
+    return rank_text(rank, global_of) + " already joined it";
   return {};
 }
 
@@ -87,13 +94,14 @@ std::string why_not_joinable(const NamedObject& obj, const Announcement& a, int 
 // (an elastic restart, a reused file:// store) until this job's rank 0 overwrites it, so an
 // entry that cannot be joined is read again until the deadline.
 NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
-                             Clock::time_point deadline, std::string& name) {
+                             Clock::time_point deadline, std::string& name,
+                             const std::vector<int>& global_of) {
   for (;;) {
     const Announcement a = Announcement::parse(store.get(kSegmentKey));
     NamedObject obj = open_named_object(a.name, world, kRemedy);  // ours and private, or throws
     if (!obj.invalid.empty())  // rank 0 completes its segment before announcing it
       throw SetupError("cannot join the segment announced through the store: " + obj.invalid);
-    const std::string why = why_not_joinable(obj, a, rank);
+    const std::string why = why_not_joinable(obj, a, rank, global_of);
     if (why.empty()) {
       name = a.name;
       return obj;
@@ -104,7 +112,7 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
         !process_alive(static_cast<pid_t>(a.creator_pid)))
       remove_name_of(obj.fd, a.name);
     if (Clock::now() >= deadline)
-      throw SetupError("rank " + std::to_string(rank) + " cannot join the segment '" + a.name +
+      throw SetupError(rank_text(rank, global_of) + " cannot join the segment '" + a.name +
                        "' announced through the store: " + why +
                        ". It was announced by an earlier job, or rank 0 failed; " + kRemedy + ".");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -114,7 +122,8 @@ NamedObject attach_announced(int rank, int world, const KeyValueStore& store,
 // Waits until every rank has attached. Throws if the deadline passes or a rank that attached
 // (or rank 0, the creator) dies first: the job cannot start then, and no launcher would say.
 void await_all_attached(segment::Segment& seg, int rank, int world,
-                        std::chrono::milliseconds timeout, Clock::time_point deadline) {
+                        std::chrono::milliseconds timeout, Clock::time_point deadline,
+                        const std::vector<int>& global_of) {
   auto& attached = seg.header().attached;
   auto next_check = Clock::now();
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {
@@ -127,7 +136,7 @@ void await_all_attached(segment::Segment& seg, int rank, int world,
       const auto joined = attached.load(std::memory_order_acquire);
       if (dead != -2 && joined < static_cast<std::uint32_t>(world)) {
         if (dead >= 0) segment::record_job_failure(seg, dead, segment::EndKind::Vanished, 0);
-        throw PeerFailure("rank " + std::to_string(dead >= 0 ? dead : 0) + " (pid " +
+        throw PeerFailure(rank_text(dead >= 0 ? dead : 0, global_of) + " (pid " +
                           std::to_string(pid) + ") died while the ranks attached to the job's "
                           "segment, when " + std::to_string(joined) + " of " +
                           std::to_string(world) + " ranks had attached; the job cannot start. "
@@ -135,7 +144,7 @@ void await_all_attached(segment::Segment& seg, int rank, int world,
       }
     }
     if (now >= deadline)
-      throw SetupError("rank " + std::to_string(rank) + ": only " +
+      throw SetupError(rank_text(rank, global_of) + ": only " +
                        std::to_string(attached.load()) + " of " + std::to_string(world) +
                        " ranks attached to the job's segment within the timeout of " +
                        std::to_string(timeout.count()) +
@@ -149,11 +158,16 @@ bool g_launcher_segment_used = false;
 }  // namespace
 
 JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                     const KeyValueStore& store) {
+                                     const KeyValueStore& store,
+                                     const std::vector<int>& global_of) {
   if (world < 1 || world > segment::kMaxWorldSize || rank < 0 || rank >= world)
     throw InvalidArgument("join_through_store: rank " + std::to_string(rank) + " of " +
                           std::to_string(world) + " ranks: expected 0 <= rank < world <= " +
                           std::to_string(segment::kMaxWorldSize));
+  if (!global_of.empty() && global_of.size() != static_cast<std::size_t>(world))
+    throw InvalidArgument("join_through_store: " + std::to_string(global_of.size()) +
+                          " global ranks for a job of " + std::to_string(world) +
+                          " ranks: expected one per rank (or none)");
   if (timeout.count() <= 0)
     throw InvalidArgument("the process group timeout must be positive, got " +
                           std::to_string(timeout.count()) + " ms");
@@ -192,9 +206,10 @@ JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseco
               Announcement{name, obj.segment->header().job_key, static_cast<long>(getpid())}
                   .text());
   else
-    obj = attach_announced(rank, world, store, deadline, name);
+    obj = attach_announced(rank, world, store, deadline, name, global_of);
+  if (!global_of.empty()) obj.segment->name_ranks(global_of);
   JoinedWorld joined = attach_world(obj.segment, rank, timeout, config, /*supervised=*/false);
-  await_all_attached(*obj.segment, rank, world, timeout, deadline);
+  await_all_attached(*obj.segment, rank, world, timeout, deadline, global_of);
   obj.segment->close_fd();
   return joined;
 }

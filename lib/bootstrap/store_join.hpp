@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <shmdist/embedding.hpp>
 
@@ -16,8 +17,10 @@ namespace shmdist::detail {
 using embedding::KeyValueStore;  // torch's c10d::Store, as the runtime hands it in
 
 // Joins rank `rank` of a job of `world` ranks (shmdist/embedding.hpp, join_through_store,
-// says how). Throws InvalidArgument for a bad rank, world or timeout.
+// says how; `global_of` names the ranks in texts, Segment::name_ranks). Throws
+// InvalidArgument for a bad rank, world, timeout or global_of.
 JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                     const KeyValueStore& store);
+                                     const KeyValueStore& store,
+                                     const std::vector<int>& global_of = {});
 
 }  // namespace shmdist::detail

@@ -12,14 +12,14 @@
 
 namespace shmdist::engine {
 namespace {
-// "ranks 1, 3 have" / "rank 2 has" (global ranks).
-std::string awaited_text(const WaitSubject& subject) {
+// "ranks 1, 3 have" / "rank 2 has" (global ranks, as `peers` names them).
+std::string awaited_text(const WaitSubject& subject, const transport::Peers& peers) {
   std::vector<int> awaited;
   subject.awaited_peers(awaited);
   if (awaited.empty()) return "no member is missing, yet it has";
   std::string text = awaited.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < awaited.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(awaited[i]);
+    text += (i ? ", " : "") + std::to_string(peers.rank_name(awaited[i]));
   return text + (awaited.size() == 1 ? " has" : " have");
 }
 }  // namespace
@@ -40,10 +40,12 @@ void Waiter::publish_blocked(const WaitFocus& focus, std::size_t pending_ops) {
 }
 
 std::string Waiter::describe(const WaitFocus& focus) const {
-  if (focus.subject) return focus.subject->describe() + " on rank " + std::to_string(rank());
+  if (focus.subject)
+    return focus.subject->describe() + " on rank " + std::to_string(peers_->rank_name(rank()));
   std::string what = blocked_op_name(focus.op);
   if (focus.peer >= 0)
-    what += (focus.op == kBlockedSend ? " to rank " : " from rank ") + std::to_string(focus.peer);
+    what += (focus.op == kBlockedSend ? " to rank " : " from rank ") +
+            std::to_string(peers_->rank_name(focus.peer));
   else if (focus.op == kBlockedRecv)
     what += " from any source";
   if (focus.op == kBlockedSend || focus.op == kBlockedRecv || focus.op == kBlockedWait) {
@@ -51,20 +53,21 @@ std::string Waiter::describe(const WaitFocus& focus) const {
     what += group_label(focus.key.group_id);
     what += ")";
   }
-  return what + " on rank " + std::to_string(rank());
+  return what + " on rank " + std::to_string(peers_->rank_name(rank()));
 }
 
 [[noreturn]] void Waiter::throw_timeout(const WaitFocus& focus, Clock::duration waited) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
   std::string hint;
   if (focus.op == kBlockedRecv)
-    hint = focus.peer >= 0 ? "; check that rank " + std::to_string(focus.peer) +
+    hint = focus.peer >= 0 ? "; check that rank " +
+                                 std::to_string(peers_->rank_name(focus.peer)) +
                                  " sends to this rank with the same tag and group"
                            : "; check that some rank sends to this rank with the same tag and group";
   else if (focus.op == kBlockedSend)
     hint = "; the receiver has not taken the data (is it receiving, or stuck elsewhere?)";
   else if (focus.subject)
-    hint = "; " + awaited_text(*focus.subject) +
+    hint = "; " + awaited_text(*focus.subject, *peers_) +
            " not arrived (every member must call the same collectives in the same order)";
   throw Timeout(describe(focus) + " timed out after " + std::to_string(ms) + " ms" + hint +
                 ". Raise InitOptions::timeout if the peer is just slow.");

@@ -14,9 +14,9 @@ using detail::join_world_through_store;
 using detail::members_signature;
 
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                const KeyValueStore& store) {
-  return ProcessGroupAccess::make(
-      std::make_shared<ProcessGroup::Impl>(join_world_through_store(rank, world, timeout, store)));
+                                const KeyValueStore& store, const std::vector<int>& global_of) {
+  return ProcessGroupAccess::make(std::make_shared<ProcessGroup::Impl>(
+      join_world_through_store(rank, world, timeout, store, global_of)));
 }
 
 void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {

@@ -46,6 +46,9 @@ class Peers {
   // the root cause, after this rank's exit code or exception, or alone when this rank's end
   // is unknown; a signal is named alone (segment::record_job_failure). The first cause counts.
   virtual void note_failure_cause(int /*peer*/) {}
+  // The rank `peer` stands for in error texts: its global rank when the job is one host's
+  // ranks of a job across hosts (segment::Segment::name_ranks), else `peer`.
+  virtual int rank_name(int peer) const { return peer; }
 
   // Hang state: what this rank's blocked call waits for (read by the launcher's diagnosis).
   virtual void set_blocked(const BlockedInfo& info) = 0;

@@ -27,6 +27,7 @@ class ShmPeers final : public Peers {
   ShmPeers& operator=(const ShmPeers&) = delete;
 
   PeerState peer_state(int peer) override;
+  int rank_name(int peer) const override { return segment_->rank_name(peer); }
   void check_job() override;
   void report_failure(int peer) override;
   void note_failure_cause(int peer) override;

@@ -10,9 +10,11 @@ namespaces with separate /dev/shm on one machine are two hosts; one host with ma
 one. The probes are removed as soon as every rank has looked (and on every failure).
 """
 
+import functools
 import os
 import re
 import secrets
+import threading
 import time
 import weakref
 from datetime import timedelta
@@ -67,12 +69,24 @@ class _Probe:
         # no check(); add(key, 0) reads a counter on every store).
         self.error_key = prefix + "error"
         self.failed_key = prefix + "failed"
+        self.acks_key = prefix + "failed_seen"
+
+    # How long a failing rank waits for the others to read its error before it raises: the
+    # store may live in its process (env:// keeps it in rank 0's), and leaves with it.
+    _TELL = 5.0
 
     def fail(self, why):
         """Raises SetupError(why) here, and on every rank waiting in this probe."""
         try:
             self.store.set(self.error_key, why)
             self.store.add(self.failed_key, 1)  # after the set: a reader sees the error
+            # Every rank that raises counts itself once (here or in get); wait, bounded, until
+            # all have, so that none finds the store gone instead of the cause.
+            self.store.add(self.acks_key, 1)
+            deadline = time.monotonic() + self._TELL
+            while (self.store.add(self.acks_key, 0) < self.size and
+                   time.monotonic() < deadline):
+                time.sleep(0.02)
         finally:
             raise _C.SetupError(why)
 
@@ -81,8 +95,9 @@ class _Probe:
         reported a failure, or at the timeout."""
         while True:
             if self.store.add(self.failed_key, 0) > 0:
-                raise _C.SetupError(self.store.get(self.error_key).decode() + " (reported to " +
-                                    self.me + " through the store)")
+                error = self.store.get(self.error_key).decode()
+                self.store.add(self.acks_key, 1)  # after reading: the failing rank may leave
+                raise _C.SetupError(error + " (reported to " + self.me + " through the store)")
             began = time.monotonic()
             try:
                 self.store.wait([key], self._SLICE)
@@ -185,6 +200,8 @@ def _kind(op):
     return int(getattr(op, "op", op))
 
 
+_AVG = _kind(dist.ReduceOp.AVG)
+
 # How the leaders combine two host partials, by the ReduceOp's kind.
 _COMBINE = {
     _kind(dist.ReduceOp.SUM): torch.add,
@@ -202,6 +219,146 @@ def _refuse(op, why=""):
         "shm backend: " + op + " across hosts is not supported yet" + (": " + why if why else "")
         + " (docs/hosts.md lists what is); keep the group on one host, or use backend gloo "
         "for it")
+
+
+class _Deaths:
+    """The job's record of a rank that died, in the store, so that the survivors on every host
+    raise PeerFailure naming it, not the error that reached them second hand (gloo's "connection
+    closed", a host mate that left after the death, the timeout).
+
+    Who writes it: a rank whose host's "shm" job saw one of its ranks end abnormally (that
+    job's PeerFailure names the global rank, 30.1): its failing call, or its watcher thread
+    (below) when it is not in a call. Who reads it: a call that fails, and the watcher, which
+    keeps the text, so a rank can name the cause after the store is gone (env:// keeps the store
+    in rank 0's process). A healthy job pays nothing per call: a call reads the record only
+    after it failed; the watcher polls this host's segment (no system call) and the store's
+    counter four times a second."""
+
+    POLL = 0.25  # s, the watcher's period
+    SETTLE = 3.0  # s a failed call waits for the record (the death's host mates report it)
+
+    def __init__(self, store, prefix):
+        self.store = store
+        self.count_key = prefix + "dead/count"
+        self.text_key = prefix + "dead/text"
+        self.text = None  # the record, once seen (a str is replaced whole: safe across threads)
+        self.watching = True
+
+    def read(self):
+        """The record's text, or None; None also when the store is unreachable."""
+        if self.text is None:
+            try:
+                # The count is raised after the text is set: a count above 0 means a text.
+                if self.store.add(self.count_key, 0) > 0:
+                    self.text = self.store.get(self.text_key).decode()
+            except RuntimeError:
+                pass
+        return self.text
+
+    def local(self, what):
+        """PeerFailure if a rank of this host's world "shm" job ended abnormally (published
+        first), else None."""
+        try:
+            _C._check_world_peers(what)
+        except _C.PeerFailure as e:
+            self.publish(str(e))
+            return e
+        return None
+
+    def publish(self, text):
+        if self.read() is not None:
+            return
+        self.text = text
+        try:
+            self.store.set(self.text_key, text)
+            self.store.add(self.count_key, 1)
+        except RuntimeError:
+            pass
+
+    def failure(self, error, what):
+        """What a call `what` that failed with `error` raises: PeerFailure naming the rank
+        that died, if one did, else `error`."""
+        text = self.read()
+        if text is None:
+            local = self.local(what)
+            if local is not None:
+                return local
+            deadline = time.monotonic() + self.SETTLE
+            while text is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                text = self.read()
+        if text is None:
+            return error
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if text == str(error):
+            return error
+        return _C.PeerFailure(text + " [on another host or before this call; this rank's " +
+                              what + " failed with: " + first + "]")
+
+    def watch(self, world_ref):
+        """The watcher thread's loop, while the world group lives and has a "shm" job."""
+        while self.watching and world_ref() is not None and self.text is None:
+            try:
+                if not _C._check_world_peers("watching the host's ranks"):
+                    return  # the host's job is gone (destroyed)
+            except _C.PeerFailure as e:
+                self.publish(str(e))
+                return
+            if self.read() is not None:
+                return
+            time.sleep(self.POLL)
+
+
+def _watched(what):
+    """Makes a failing call raise PeerFailure naming a rank that died anywhere (_Deaths)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except _C.InvalidArgument:
+                raise
+            except RuntimeError as e:
+                if self.deaths is None:
+                    raise
+                raise self.deaths.failure(e, what) from e
+        return call
+    return wrap
+
+
+_Work = getattr(dist, "_Work", None) or torch._C._distributed_c10d.Work
+
+
+class _WatchedWork(_Work):
+    """gloo's Work of a send or recv across hosts, whose wait raises as _watched says (its
+    error comes at wait, after the call returned)."""
+
+    def __init__(self, inner, deaths, what):
+        super().__init__()
+        self.inner, self.deaths, self.what = inner, deaths, what
+
+    def wait(self, timeout=None):
+        try:
+            return self.inner.wait() if timeout is None else self.inner.wait(timeout)
+        except _C.InvalidArgument:
+            raise
+        except RuntimeError as e:
+            raise self.deaths.failure(e, self.what) from e
+
+    def is_completed(self):
+        return self.inner.is_completed()
+
+    def is_success(self):
+        return self.inner.is_success()
+
+    def exception(self):
+        return self.inner.exception()
+
+    def source_rank(self):
+        return self.inner.source_rank()
+
+    def result(self):
+        return self.inner.result()
 
 
 class ProcessGroupHosts(dist.ProcessGroup):
@@ -225,6 +382,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.gloo = gloo
         self.leaders = leaders
         self.global_ranks = list(global_ranks)
+        self.deaths = None  # the world's _Deaths (set by the creator)
 
     def getBackendName(self):
         return "shm"
@@ -249,16 +407,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # point-to-point: a peer on this host over "shm", another host's over gloo
 
+    @_watched("send")
     def send(self, tensors, dst, tag=0):
         local = self._local_peer(dst)
         if local is None:
-            return self.gloo.send(tensors, dst, tag)
+            work = self.gloo.send(tensors, dst, tag)
+            return work if self.deaths is None else _WatchedWork(work, self.deaths, "send")
         return self.local.send(tensors, local, tag)
 
+    @_watched("recv")
     def recv(self, tensors, src, tag=0):
         local = self._local_peer(src)
         if local is None:
-            return self.gloo.recv(tensors, src, tag)
+            work = self.gloo.recv(tensors, src, tag)
+            return work if self.deaths is None else _WatchedWork(work, self.deaths, "recv")
         return self.local.recv(tensors, local, tag)
 
     def recv_anysource(self, tensors, tag=0):
@@ -266,6 +428,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # collectives
 
+    @_watched("barrier")
     def barrier(self, opts=None):
         # Nobody leaves before everyone entered: a leader passes the leaders' barrier only once
         # every leader has, each after its host's members entered; members leave after it.
@@ -288,40 +451,61 @@ class ProcessGroupHosts(dist.ProcessGroup):
             acc = combine(acc, part)
         tensor.copy_(acc)
 
-    def _check_op(self, opts, what):
-        if _kind(opts.reduceOp) not in _COMBINE:
+    def _check_op(self, opts, what, tensors=()):
+        kind = _kind(opts.reduceOp)
+        if kind == _AVG:
+            for t in tensors:
+                if not (t.is_floating_point() or t.is_complex()):
+                    raise _C.InvalidArgument(
+                        "shm backend: " + what + " with ReduceOp.AVG is defined on floating "
+                        "tensors only, not on " + str(t.dtype) + " (global rank " +
+                        str(self.global_ranks[self.rank()]) + "); use SUM and divide")
+            return opts.reduceOp
+        if kind not in _COMBINE:
             _refuse(what + " with reduce op " + str(getattr(opts.reduceOp, "op", opts.reduceOp)),
-                    "SUM, PRODUCT, MIN, MAX, BAND, BOR and BXOR are")
+                    "SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR and BXOR are")
         return opts.reduceOp
 
     def _allreduce_one(self, tensor, op):
+        # AVG: the SUM in the documented order, divided by the group's size on each leader
+        # (in the tensor's dtype) before it broadcasts: every rank gets the same bits.
+        avg = _kind(op) == _AVG
+        if avg:
+            op = dist.ReduceOp.SUM
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
+            if avg:
+                tensor.div_(self.size())
         self.local.broadcast([tensor], _broadcast_opts(0)).wait()
 
+    @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):
-        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce")
         tensor = self._one(tensors, "all_reduce")
+        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
+                            [tensor])
         self._allreduce_one(tensor, op)
         return _done([tensor])
 
+    @_watched("all_reduce_coalesced")
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._check_op(opts if opts is not None else dist.AllreduceCoalescedOptions(),
-                            "all_reduce_coalesced")
+                            "all_reduce_coalesced", tensors)
         for tensor in tensors:
             self._allreduce_one(tensor, op)
         return _done(list(tensors))
 
+    @_watched("reduce")
     def reduce(self, tensors, opts=None):
-        op = self._check_op(opts, "reduce")
         tensor = self._one(tensors, "reduce")
+        op = self._check_op(opts, "reduce", [tensor])
         result = tensor.clone()
         self._allreduce_one(result, op)
         if self.rank() == opts.rootRank:
             tensor.copy_(result)
         return _done([tensor])
 
+    @_watched("broadcast")
     def broadcast(self, tensors, opts=None):
         src = opts.rootRank if opts is not None else 0
         self._local_peer(src)
@@ -337,9 +521,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # Operations that only move data go over gloo among all members: exact, as "shm"'s.
 
+    @_watched("all_gather")
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self.gloo.allgather(output_tensors, input_tensors)
 
+    @_watched("all_gather_into_tensor")
     def _allgather_base(self, output, input, opts=None):
         outputs = list(output.chunk(self.size()))
         if not outputs or any(o.shape != input.shape for o in outputs):
@@ -356,27 +542,97 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):  # torch 2.13's all_gather_into_tensor
         return self._allgather_base(output, input, opts)
 
+    @_watched("gather")
     def gather(self, output_tensors, input_tensors, opts=None):
         o = dist.GatherOptions()
         o.rootRank = opts.rootRank
         return self.gloo.gather(output_tensors, input_tensors, o)
 
+    @_watched("scatter")
     def scatter(self, output_tensors, input_tensors, opts=None):
         o = dist.ScatterOptions()
         o.rootRank = opts.rootRank
         return self.gloo.scatter(output_tensors, input_tensors, o)
 
+    # all_to_all only moves data: over gloo among all members (its all_to_all_single; the
+    # list form travels as one flat tensor of each rank's pieces).
+
+    @_watched("all_to_all_single")
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        self.gloo.alltoall_base(output, input, list(output_split_sizes),
+                                list(input_split_sizes), dist.AllToAllOptions()).wait()
+        return _done([output])
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):  # torch 2.13's name
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    @_watched("all_to_all")
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        _refuse("all_to_all")
+        n = self.size()
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise _C.InvalidArgument(
+                "shm backend: all_to_all takes " + str(n) + " output and " + str(n) + " input "
+                "tensors (one per rank), got " + str(len(output_tensors)) + " and " +
+                str(len(input_tensors)))
+        dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
+        if len(dtypes) != 1:
+            raise _C.InvalidArgument("shm backend: all_to_all takes tensors of one dtype, got " +
+                                     str(sorted(map(str, dtypes))))
+        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                                [t.numel() for t in input_tensors],
+                                dist.AllToAllOptions()).wait()
+        for o, piece in zip(output_tensors, flat_out.split([t.numel() for t in output_tensors])):
+            o.copy_(piece.view(o.shape))
+        return _done(list(output_tensors))
 
-    def alltoall_base(self, *args, **kwargs):
-        _refuse("all_to_all_single")
+    # reduce_scatter: the inputs reduced as all_reduce reduces (the same documented order,
+    # hence the same bits as all_reduce of the same inputs), each rank keeping its piece. It
+    # moves the whole input through the hierarchy, as all_reduce does.
 
-    def reduce_scatter(self, *args, **kwargs):
-        _refuse("reduce_scatter")
+    def _reduce_scatter_flat(self, pieces, flat, opts, what):
+        """Reduces `flat` (every rank's pieces, rank order) and copies rank r's piece to
+        pieces[r] on this rank (only this rank's entry is written)."""
+        op = self._check_op(opts if opts is not None else dist.ReduceScatterOptions(), what,
+                            [flat])
+        self._allreduce_one(flat, op)
+        mine = pieces[self.rank()]
+        offset = sum(p.numel() for p in pieces[:self.rank()])
+        mine.copy_(flat[offset:offset + mine.numel()].view(mine.shape))
 
-    def _reduce_scatter_base(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor")
+    @_watched("reduce_scatter")
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        output = self._one(output_tensors, "reduce_scatter")
+        inputs = self._one(input_tensors, "reduce_scatter")
+        if len(inputs) != self.size() or any(t.shape != output.shape or t.dtype != output.dtype
+                                               for t in inputs):
+            raise _C.InvalidArgument(
+                "shm backend: reduce_scatter takes " + str(self.size()) + " inputs of the "
+                "output's shape " + str(tuple(output.shape)) + " and dtype " +
+                str(output.dtype) + ", got " + str([(tuple(t.shape), str(t.dtype))
+                                                    for t in inputs]))
+        flat = torch.cat([t.reshape(-1) for t in inputs])
+        pieces = [output if r == self.rank() else t for r, t in enumerate(inputs)]
+        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter")
+        return _done([output])
+
+    @_watched("reduce_scatter_tensor")
+    def _reduce_scatter_base(self, output, input, opts=None):
+        if (input.numel() != output.numel() * self.size() or input.dtype != output.dtype):
+            raise _C.InvalidArgument(
+                "shm backend: reduce_scatter_tensor takes an input of world size (" +
+                str(self.size()) + ") x the output's elements, of its dtype; got " +
+                str(tuple(input.shape)) + " " + str(input.dtype) + " for an output of " +
+                str(tuple(output.shape)) + " " + str(output.dtype))
+        flat = input.reshape(-1).clone()
+        pieces = [output] * self.size()
+        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter_tensor")
+        return _done([output])
+
+    def reduce_scatter_single(self, output, input, opts=None):  # torch 2.13's name
+        return self._reduce_scatter_base(output, input, opts)
 
     def allgather_coalesced(self, *args, **kwargs):
         _refuse("all_gather_coalesced")
@@ -384,12 +640,6 @@ class ProcessGroupHosts(dist.ProcessGroup):
     # torch 2.x's names for more of the same, and its coalescing (batch_isend_irecv, FSDP's
     # _coalescing_manager): without these a call would reach torch's ProcessGroup, which has no
     # backend here, and say "No backend type associated with device type cpu".
-
-    def all_to_all_single(self, *args, **kwargs):
-        _refuse("all_to_all_single")
-
-    def reduce_scatter_single(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor")
 
     def reduce_scatter_single_coalesced(self, *args, **kwargs):
         _refuse("reduce_scatter_tensor_coalesced")
@@ -452,6 +702,9 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
                      ranks or list(range(size)), world_job=not ranks)
     if not ranks:
         _world = weakref.ref(group)
+        group.deaths = _Deaths(store, prefix)
+        threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
+                         name="shmdist-hosts-watch").start()
     return group
 
 
@@ -470,8 +723,11 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
         # [] makes the C++ creator create the world's job (which its sub-groups map onto);
         # the ranks of a job that is not the world's are its own 0..n-1.
         members = [] if world_job else list(range(len(host)))
+    # A job of its own names its ranks in errors by their global ranks (a sub-group's world
+    # job already does).
+    names = [global_ranks[r] for r in host] if local_ranks is None else []
     local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
-                                     group_name, members)
+                                     group_name, members, names)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
     leaders = None
     if rank == host[0]:
@@ -492,5 +748,7 @@ def _sub_group(world, store, rank, size, timeout, group_name, ranks):
     local_ranks = [world._local_rank[ranks[i]] for i in host]
     if len(hosts) == 1:
         return _C._create_process_group(store, rank, size, timeout, group_name, local_ranks)
-    return _compose(store, _KEY, rank, size, timeout, group_name, hosts, ranks,
-                    world_job=False, local_ranks=local_ranks)
+    group = _compose(store, _KEY, rank, size, timeout, group_name, hosts, ranks,
+                     world_job=False, local_ranks=local_ranks)
+    group.deaths = world.deaths
+    return group

@@ -35,7 +35,7 @@ def _in_own_dev_shm(cmd):
             'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "emulated-host", *cmd]
 
 
-def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None):
+def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None, args=()):
     """Runs workers/hosts.py on emulated hosts (`hosts`: the ranks of each), every rank with
     WORLD_SIZE `world_sizes[host]` (the number of ranks by default). Returns the hosts'
     reports (host_launch.py's JSON), after every process ended; kills them all and fails if
@@ -48,7 +48,7 @@ def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None):
                         "WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
                         **(extra_env or {})})
         cmd = _in_own_dev_shm([PYTHON, str(WORKERS / "host_launch.py"), str(timeout - 20),
-                               str(WORKERS / "hosts.py"), *map(str, ranks), "--", mode])
+                               str(WORKERS / "hosts.py"), *map(str, ranks), "--", mode, *args])
         kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env, cwd=WORKERS, **kwargs))
@@ -78,7 +78,8 @@ def _show(reports):
 def test_two_hosts_two_ranks_each():
     """all_reduce bitwise equal on every rank and equal to the documented order's sum,
     reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
-    and across hosts, refusals naming "across hosts"; nothing left in either /dev/shm."""
+    and across hosts, AVG, reduce_scatter (both forms) in the documented order, all_to_all
+    (both forms), refusals naming "across hosts"; nothing left in either /dev/shm."""
     reports = run_hosts([[0, 1], [2, 3]], "ops")
     ranks = _ranks(reports)
     text = _show(reports)
@@ -87,7 +88,7 @@ def test_two_hosts_two_ranks_each():
         assert res["rc"] == 0, text
         assert not failures(res["out"]), text
         assert f"DONE rank={r}" in res["out"], text
-        assert res["out"].count("PASS ") == 8, text
+        assert res["out"].count("PASS ") == 9, text
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
@@ -164,3 +165,59 @@ def test_torchrun_two_nodes():
         assert f"DONE rank={r}" in everything, text
     digests = {line.split()[2] for line in everything.splitlines() if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
+
+
+def _caught(res):
+    return [line for line in res["out"].splitlines() if line.startswith("CAUGHT ")]
+
+
+def test_errors_of_a_host_name_global_ranks():
+    """Global rank 3 (host B's second rank, index 1 on its host) is SIGKILLed while global
+    rank 2 waits in a recv from it, which goes over host B's "shm" job: the PeerFailure names
+    rank 3, the global rank, not 1, its index on the host."""
+    reports = run_hosts([[0, 1], [2, 3]], "peer_dies", args=["2"])
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[2])
+    assert len(caught) == 1, text
+    assert "PeerFailure" in caught[0], text
+    assert "rank 3 " in caught[0], text
+    assert "rank 1 " not in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("call", ["recv", "all_reduce"])
+def test_a_rank_killed_on_another_host_is_named_everywhere(call):
+    """Global rank 3 is SIGKILLed while ranks 0, 1 (host A) and 2 (host B) wait in a recv
+    from it (0 and 1 over gloo) or in an all_reduce (rank 1 over host A's "shm" for its
+    leader, rank 0 among the leaders over gloo for rank 2): every survivor raises PeerFailure
+    naming rank 3, not gloo's error, nor a host mate that left, nor the timeout (the init
+    timeout, which bounds gloo's calls, is 600 s, the test far less)."""
+    reports = run_hosts([[0, 1], [2, 3]], "peer_dies", args=["0,1,2", call], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r in (0, 1, 2):
+        caught = _caught(ranks[r])
+        assert len(caught) == 1, text
+        assert "PeerFailure" in caught[0], text
+        assert "rank 3 " in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_timeout_of_a_host_names_global_ranks():
+    """Global rank 2 waits over host B's "shm" job for a message global rank 3 never sends:
+    the Timeout names rank 3 and rank 2, not 1 and 0, their indices on the host."""
+    reports = run_hosts([[0, 1], [2, 3]], "recv_times_out", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "15"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[2])
+    assert len(caught) == 1, text
+    assert "Timeout" in caught[0], text
+    assert "from rank 3 " in caught[0] and "on rank 2 " in caught[0], text
+    assert "rank 1 " not in caught[0] and "rank 0 " not in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
