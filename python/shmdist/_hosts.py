@@ -361,6 +361,44 @@ class _WatchedWork(_Work):
         return self.inner.result()
 
 
+class _AllWork(_Work):
+    """The Work of _end_coalescing: done when every Work posted while coalescing is; wait
+    waits for them in the order they were posted and raises the first failure."""
+
+    def __init__(self, works):
+        super().__init__()
+        self.works = works
+
+    def wait(self, timeout=None):
+        for work in self.works:
+            if timeout is None:
+                work.wait()
+            else:
+                work.wait(timeout)
+        return True
+
+    def is_completed(self):
+        return all(work.is_completed() for work in self.works)
+
+    def is_success(self):
+        return all(work.is_success() for work in self.works)
+
+    def result(self):
+        return []
+
+
+def _global_rank_text(text, global_ranks):
+    """gloo's text naming group ranks ("Rank 1 failed ...", "Ranks 1, 2 failed ...", "[Rank
+    0]: ...") with the group's global ranks instead."""
+    def one(m):
+        return str(global_ranks[int(m.group(0))]) if int(m.group(0)) < len(global_ranks) \
+            else m.group(0)
+
+    def ranks(m):
+        return m.group(1) + re.sub(r"\d+", one, m.group(2))
+    return re.sub(r"(\b[Rr]anks? )(\d+(?:, \d+)*)", ranks, text)
+
+
 class ProcessGroupHosts(dist.ProcessGroup):
     """A torch process group whose members are on several hosts: "shm" among the members on
     this host (`local`, a group of backend "shm"), gloo among all members (`gloo`) and among
@@ -383,6 +421,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.leaders = leaders
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
+        self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
 
     def getBackendName(self):
         return "shm"
@@ -412,16 +451,18 @@ class ProcessGroupHosts(dist.ProcessGroup):
         local = self._local_peer(dst)
         if local is None:
             work = self.gloo.send(tensors, dst, tag)
-            return work if self.deaths is None else _WatchedWork(work, self.deaths, "send")
-        return self.local.send(tensors, local, tag)
+            return self._posted(work if self.deaths is None else
+                                _WatchedWork(work, self.deaths, "send"))
+        return self._posted(self.local.send(tensors, local, tag))
 
     @_watched("recv")
     def recv(self, tensors, src, tag=0):
         local = self._local_peer(src)
         if local is None:
             work = self.gloo.recv(tensors, src, tag)
-            return work if self.deaths is None else _WatchedWork(work, self.deaths, "recv")
-        return self.local.recv(tensors, local, tag)
+            return self._posted(work if self.deaths is None else
+                                _WatchedWork(work, self.deaths, "recv"))
+        return self._posted(self.local.recv(tensors, local, tag))
 
     def recv_anysource(self, tensors, tag=0):
         _refuse("recv from any source (src=None, ANY_SOURCE)", "name the source rank")
@@ -438,8 +479,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.local.barrier().wait()
         return _done([])
 
+    @_watched("monitored_barrier")
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        _refuse("monitored_barrier", "use barrier")
+        # gloo's among all members: rank 0 waits for every member within the timeout and
+        # raises naming the group ranks that did not arrive (all of them with wait_all_ranks).
+        # Its text names group ranks; a sub-group's are given as global ranks here.
+        try:
+            if timeout is None:
+                self.gloo.monitored_barrier(wait_all_ranks=wait_all_ranks)
+            else:
+                self.gloo.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+        except RuntimeError as e:
+            if self.global_ranks == list(range(self.size())):
+                raise
+            raise type(e)(_global_rank_text(str(e), self.global_ranks)) from e
 
     def _combine_hosts(self, tensor, op):
         """On a leader: the host partials gathered and combined in host order, into tensor."""
@@ -637,27 +690,55 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def allgather_coalesced(self, *args, **kwargs):
         _refuse("all_gather_coalesced")
 
-    # torch 2.x's names for more of the same, and its coalescing (batch_isend_irecv, FSDP's
-    # _coalescing_manager): without these a call would reach torch's ProcessGroup, which has no
-    # backend here, and say "No backend type associated with device type cpu".
+    # torch 2.x's coalesced forms (its _coalescing_manager's "fast path", FSDP): one call of
+    # the single-tensor form per tensor, in list order, each as above (same order, same bits).
+    # Without these a call would reach torch's ProcessGroup, which has no backend here, and
+    # say "No backend type associated with device type cpu".
 
-    def reduce_scatter_single_coalesced(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor_coalesced")
+    @_watched("reduce_scatter_tensor_coalesced")
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):
+            self._reduce_scatter_base(output, input, opts)
+        return _done(list(outputs))
 
-    def reduce_scatter_tensor_coalesced(self, *args, **kwargs):
-        _refuse("reduce_scatter_tensor_coalesced")
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_single_coalesced(outputs, inputs, opts)
 
-    def allgather_into_tensor_coalesced(self, *args, **kwargs):
-        _refuse("all_gather_into_tensor_coalesced")
+    @_watched("all_gather_into_tensor_coalesced")
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for output, input in zip(outputs, inputs):
+            self._allgather_base(output, input, opts)
+        return _done(list(outputs))
 
-    def all_gather_single_coalesced(self, *args, **kwargs):
-        _refuse("all_gather_into_tensor_coalesced")
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
 
-    def _start_coalescing(self, *args, **kwargs):
-        _refuse("coalescing (batch_isend_irecv, _coalescing_manager)")
+    # torch 2.x's coalescing of point-to-point (batch_isend_irecv on a plain ProcessGroup,
+    # _coalescing_manager with a device): every send and recv between the two calls is posted
+    # as it comes (a send on this host over "shm", across hosts over gloo; none waits for its
+    # receiver), and the Work of _end_coalescing waits for all of them, in the order they were
+    # posted. Collectives in between run as they do outside (they complete before they return).
 
-    def _end_coalescing(self, *args, **kwargs):
-        _refuse("coalescing (batch_isend_irecv, _coalescing_manager)")
+    def _start_coalescing(self, device=None):
+        if self._coalesced is not None:
+            raise _C.InvalidArgument("shm backend: _start_coalescing while coalescing already "
+                                     "(global rank " + str(self.global_ranks[self.rank()]) +
+                                     "); end the first with _end_coalescing")
+        self._coalesced = []
+
+    def _end_coalescing(self, device=None):
+        if self._coalesced is None:
+            raise _C.InvalidArgument("shm backend: _end_coalescing without _start_coalescing "
+                                     "(global rank " + str(self.global_ranks[self.rank()]) +
+                                     ")")
+        works, self._coalesced = self._coalesced, None
+        return _AllWork(works)
+
+    def _posted(self, work):
+        """A send's or recv's Work, remembered while coalescing."""
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
 
 
 def _reduce_opts(root, op):

@@ -221,3 +221,43 @@ def test_a_timeout_of_a_host_names_global_ranks():
     assert "rank 1 " not in caught[0] and "rank 0 " not in caught[0], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def _all_pass(reports, checks):
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"DONE rank={r}" in res["out"], text
+        assert res["out"].count("PASS ") == checks, text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_batch_isend_irecv_coalescing_monitored_barrier():
+    """batch_isend_irecv mixing a peer on this host and two on the other (receives first,
+    two in order per pair, larger than a ring), torch 2's _coalescing_manager (p2p, and the
+    coalesced all_reduce, all_gather_into_tensor, reduce_scatter_tensor in the documented
+    order), monitored_barrier that every rank enters (world, wait_all_ranks, a sub-group
+    across hosts)."""
+    _all_pass(run_hosts([[0, 1], [2, 3]], "more"), 3)
+
+
+@pytest.mark.parametrize("skip,wait_all,named", [("3", "", "3"), ("1,3", "all", "1, 3")])
+def test_monitored_barrier_names_the_missing_global_ranks(skip, wait_all, named):
+    """Ranks <skip> do not enter a monitored_barrier (3 s): rank 0 raises naming them by
+    global rank, as gloo does (all of them with wait_all_ranks, the first otherwise)."""
+    reports = run_hosts([[0, 1], [2, 3]], "monitored", args=[skip] + ([wait_all] if wait_all
+                                                                     else []), timeout=120)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[0])
+    assert len(caught) == 1, text
+    assert f"Rank{'s' if wait_all else ''} {named} failed to pass monitoredBarrier" in caught[0], \
+        text
+    for r in set(range(4)) - {0} - {int(x) for x in skip.split(",")}:
+        assert len(_caught(ranks[r])) == 1, text  # its wait for rank 0's release fails too
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -84,6 +84,22 @@ if mode == "recv_times_out":
         time.sleep(float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"]) + 5)
     os._exit(0)
 
+if mode == "monitored":
+    # The ranks in argv[2] (comma-separated) skip a monitored_barrier the others enter;
+    # argv[3] "all" asks for wait_all_ranks. Every rank that entered prints what it caught.
+    skip = [int(r) for r in sys.argv[2].split(",")]
+    wait_all = len(sys.argv) > 3 and sys.argv[3] == "all"
+    dist.barrier()
+    if rank not in skip:
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=3), wait_all_ranks=wait_all)
+            say(f"FAIL monitored rank={rank}: monitored_barrier without ranks {skip} returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    else:
+        time.sleep(8)  # past the others' timeout: skipped, not gone
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
@@ -256,6 +272,70 @@ def refusals():
     if rank == 0:
         expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
 
+
+def batch_isend_irecv_mixed():
+    """Every rank sends to and receives from every other rank in one batch (a peer on its
+    host and two on the other), receives listed first, two messages per pair (in order), and
+    large enough not to fit a ring at once."""
+    n = 300_000
+    peers = [r for r in range(world) if r != rank]
+    got = {(p, k): torch.zeros(n) for p in peers for k in range(2)}
+    ops = [dist.P2POp(dist.irecv, got[(p, k)], p) for p in peers for k in range(2)]
+    ops += [dist.P2POp(dist.isend, torch.full((n,), 100.0 * rank + 10 * p + k), p)
+            for p in reversed(peers) for k in range(2)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    for (p, k), t in got.items():
+        expect_equal(t, torch.full((n,), 100.0 * p + 10 * rank + k), f"from {p} #{k}")
+
+
+def coalescing_manager():
+    """torch 2's _coalescing_manager: point-to-point with a device (each posted, the manager's
+    Work waits for all), and its fast path of all_reduce / all_gather_into_tensor /
+    reduce_scatter_tensor (the *_coalesced forms), with the bits of the single calls."""
+    if not TORCH2:
+        return
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    pg = c10d._get_default_group()
+    to, frm = (rank + 1) % world, (rank - 1) % world
+    got = torch.zeros(4)
+    with _coalescing_manager(pg, torch.device("cpu"), async_ops=True) as cm:
+        dist.irecv(got, frm)
+        dist.isend(torch.full((4,), float(rank)), to)
+    cm.wait()
+    expect_equal(got, torch.full((4,), float(frm)), "p2p in _coalescing_manager")
+    ts = [values(rank), values(rank + 10, 10)]
+    with _coalescing_manager(pg):
+        for t in ts:
+            dist.all_reduce(t)
+    expect_equal(ts[0], documented_sum(HOSTS), "coalesced all_reduce [0]")
+    outs = [torch.zeros(2 * world), torch.zeros(3 * world)]
+    with _coalescing_manager(pg):
+        dist.all_gather_into_tensor(outs[0], torch.full((2,), float(rank)))
+        dist.all_gather_into_tensor(outs[1], torch.full((3,), float(rank)))
+    expect_equal(outs[1], torch.arange(float(world)).repeat_interleave(3), "coalesced gather")
+    out = torch.zeros(300)
+    with _coalescing_manager(pg):
+        dist.reduce_scatter_tensor(out, torch.cat([piece(rank, j) for j in range(world)]))
+    expect_equal(out, (piece(0, rank) + piece(1, rank)) + (piece(2, rank) + piece(3, rank)),
+                 "coalesced reduce_scatter_tensor")
+
+
+def monitored_barrier_passes():
+    dist.monitored_barrier(timeout=timedelta(seconds=60))
+    dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=True)
+    across = dist.new_group([1, 2, 3])
+    if rank in (1, 2, 3):
+        dist.monitored_barrier(group=across, timeout=timedelta(seconds=60))
+
+
+if mode == "more":
+    from common import TORCH2  # noqa: E402
+    run_checks([batch_isend_irecv_mixed, coalescing_manager, monitored_barrier_passes])
+    dist.barrier()
+    dist.destroy_process_group()
+    say(f"DONE rank={rank}")
+    sys.exit(0)
 
 run_checks([group_is_hosts, all_reduce_documented_order, reduce_to_each, broadcast_from_each,
             p2p_ring, all_gather_and_barrier, sub_groups, avg_reduce_scatter_all_to_all,
