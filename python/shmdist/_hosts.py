@@ -426,6 +426,17 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def getBackendName(self):
         return "shm"
 
+    # torch 2's ProcessGroup keeps its name in its backends, and this group has none (it is
+    # the backend): DeviceMesh, DTensor and the functional collectives find groups by name.
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    @property
+    def group_name(self):
+        if getattr(self, "_group_name", None) is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._group_name
+
     def __repr__(self):
         return "ProcessGroupHosts(rank=" + str(self.rank()) + ", size=" + str(self.size()) + \
             ", hosts=" + str(self.hosts) + ")"
