@@ -361,6 +361,209 @@ class _WatchedWork(_Work):
         return self.inner.result()
 
 
+class _Claim:
+    """One receive through a _Mailbox: from group rank `src`, or any source (None)."""
+
+    __slots__ = ("src", "tensor", "done", "source", "error")
+
+    def __init__(self, src, tensor):
+        self.src, self.tensor = src, tensor
+        self.done, self.source, self.error = False, -1, None
+
+
+class _Posted:
+    """A receive the mailbox posted on one transport, into a buffer of its own. gloo's Work
+    completes only in wait() (its is_completed stays False until then), so a thread waits for
+    it; "shm"'s is polled."""
+
+    def __init__(self, work, buffer, remote, to_group):
+        self.work, self.buffer, self.remote, self.to_group = work, buffer, remote, to_group
+        self.arrived = threading.Event()
+        self.error = None
+        if remote:
+            threading.Thread(target=self._wait, daemon=True, name="shmdist-hosts-recv").start()
+
+    def _wait(self):
+        try:
+            self.work.wait()
+        except Exception as e:  # noqa: BLE001 - handed to the receive that looks
+            self.error = e
+        self.arrived.set()
+
+    def ready(self):
+        if self.remote:
+            return self.arrived.is_set()
+        return self.work.is_completed()
+
+    def source(self):
+        """The sender's group rank (raises the receive's error)."""
+        if self.error is not None:
+            raise self.error
+        if not self.remote:
+            self.work.wait()  # completed: raises a failure
+        rank = (getattr(self.work, "_source_rank", None) or self.work.source_rank)()
+        return self.to_group(rank)
+
+
+class _Mailbox:
+    """The receives of one tag of a ProcessGroupHosts while a receive from any source is
+    among them (docs/hosts.md, "Receiving from any source across hosts").
+
+    This rank's messages come over two transports: "shm" from its host's ranks, gloo from the
+    other hosts'. Neither can take back a receive once posted, so the mailbox posts at most one
+    receive of this tag on each transport at a time, into a buffer of its own, for the oldest
+    unresolved claim that transport can serve (a claim from any source: from any rank of that
+    transport; a claim from a named rank: from it, if it is on that transport). Each message
+    that completes is appended to `arrived`, in the order the mailbox sees them complete (it
+    looks at the two transports alternately, so neither starves). Then every arrived message,
+    oldest first, goes to the oldest unresolved claim that matches it (its source, or any), as
+    MPI matches a message to the first posted receive that matches it. A message no claim
+    matches yet (the other transport's receive, after a claim from any source was served by
+    the first) stays in `arrived` for a later receive of this tag, which takes it before
+    anything newer: no message is lost or taken twice, and the messages of one source are
+    taken in the order it sent them (each source is on one transport, whose receives the
+    mailbox posts one at a time). While the mailbox has anything posted, arrived or claimed,
+    every receive of its tag goes through it; when it has nothing, it is dropped and a receive
+    from a named rank goes to its transport directly again."""
+
+    # How long a wait sleeps between looks at "shm" (a gloo arrival wakes it at once).
+    POLL = 0.0002
+
+    def __init__(self, group, tag):
+        self.group, self.tag = group, tag
+        self.claims = []  # unresolved _Claims, in the order posted
+        self.arrived = []  # [(group rank, tensor)] not yet taken, in the order seen
+        self.posted = {False: None, True: None}  # remote? -> _Posted or None
+        self.first = False  # the transport looked at first next time (alternates)
+
+    def claim(self, src, tensor):
+        c = _Claim(src, tensor)
+        self.claims.append(c)
+        self._step()
+        return _ClaimWork(self, c)
+
+    def _serves(self, remote, c):
+        return c.src is None or (self.group._host_of[c.src] != self.group._host) == remote
+
+    def _post(self):
+        g = self.group
+        for remote in (False, True):
+            if self.posted[remote] is not None:
+                continue
+            if not remote and len(g.hosts[g._host]) == 1:
+                continue  # alone on its host: nothing comes over "shm"
+            c = next((c for c in self.claims if self._serves(remote, c)), None)
+            if c is None:
+                continue
+            buffer = torch.empty_like(c.tensor)
+            host = g.hosts[g._host]
+            if remote:
+                work = (g.gloo.recv_anysource([buffer], self.tag) if c.src is None else
+                        g.gloo.recv([buffer], c.src, self.tag))
+                self.posted[remote] = _Posted(work, buffer, True, lambda r: r)
+            else:
+                work = (g.local.recv_anysource([buffer], self.tag) if c.src is None else
+                        g.local.recv([buffer], g._local_rank[c.src], self.tag))
+                self.posted[remote] = _Posted(work, buffer, False, lambda r: host[r])
+
+    def _step(self):
+        """Collects what completed, hands arrived messages to claims, posts what the oldest
+        unresolved claims need. Raises the error of a posted receive that failed."""
+        order = (self.first, not self.first)
+        self.first = not self.first
+        for remote in order:
+            p = self.posted[remote]
+            if p is not None and p.ready():
+                self.posted[remote] = None
+                self.arrived.append((p.source(), p.buffer))
+        kept = []
+        for src, buffer in self.arrived:
+            c = next((c for c in self.claims if c.src is None or c.src == src), None)
+            if c is None:
+                kept.append((src, buffer))
+                continue
+            self.claims.remove(c)
+            c.source = src
+            try:
+                if c.tensor.numel() != buffer.numel():
+                    raise _C.InvalidArgument(
+                        "shm backend: recv of " + str(c.tensor.numel()) + " elements on global "
+                        "rank " + str(self.group.global_ranks[self.group.rank()]) + " got a "
+                        "message of " + str(buffer.numel()) + " from global rank " +
+                        str(self.group.global_ranks[src]) + " (tag " + str(self.tag) + ")")
+                c.tensor.copy_(buffer.view(c.tensor.shape))
+            except Exception as e:  # noqa: BLE001 - raised by this claim's wait
+                c.error = e
+            c.done = True
+        self.arrived = kept
+        self._post()
+        g = self.group
+        if not (self.claims or self.arrived or any(self.posted.values())) and \
+                g._mailboxes.get(self.tag) is self:
+            del g._mailboxes[self.tag]
+
+    def wait(self, c, timeout=None):
+        limit = timeout if timeout is not None else self.group.timeout
+        deadline = None if limit is None else time.monotonic() + limit.total_seconds()
+        while not c.done:
+            self._step()
+            if c.done:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                g = self.group
+                raise _C.Timeout(
+                    "shm backend: recv " + ("from any source" if c.src is None else "from rank "
+                    + str(g.global_ranks[c.src])) + " with tag " + str(self.tag) + " on rank " +
+                    str(g.global_ranks[g.rank()]) + " timed out after " + str(limit) +
+                    "; check that a rank sends it")
+            remote = self.posted[True]
+            if remote is not None:
+                remote.arrived.wait(self.POLL)  # woken at once by a message from another host
+            else:
+                time.sleep(self.POLL)
+        if c.error is not None:
+            raise c.error
+
+
+class _ClaimWork(_Work):
+    """The Work of a receive through a _Mailbox."""
+
+    def __init__(self, box, claim):
+        super().__init__()
+        self.box, self.claim = box, claim
+
+    def wait(self, timeout=None):
+        try:
+            self.box.wait(self.claim, timeout)
+        except (_C.InvalidArgument, _C.Timeout):
+            raise
+        except RuntimeError as e:
+            if self.box.group.deaths is None:
+                raise
+            raise self.box.group.deaths.failure(e, "recv") from e
+        return True
+
+    def is_completed(self):
+        if not self.claim.done:
+            self.box._step()
+        return self.claim.done
+
+    def is_success(self):
+        return self.claim.done and self.claim.error is None
+
+    def exception(self):
+        return self.claim.error
+
+    def _source_rank(self):
+        return self.claim.source
+
+    def source_rank(self):
+        return self.claim.source
+
+    def result(self):
+        return [self.claim.tensor]
+
+
 class _AllWork(_Work):
     """The Work of _end_coalescing: done when every Work posted while coalescing is; wait
     waits for them in the order they were posted and raises the first failure."""
@@ -422,6 +625,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
+        self._mailboxes = {}  # tag -> _Mailbox, while an any-source receive of it is involved
+        self.timeout = None  # the group's timeout (set by the creator), bounds any-source waits
 
     def getBackendName(self):
         return "shm"
@@ -469,14 +674,21 @@ class ProcessGroupHosts(dist.ProcessGroup):
     @_watched("recv")
     def recv(self, tensors, src, tag=0):
         local = self._local_peer(src)
+        box = self._mailboxes.get(tag)
+        if box is not None:  # an any-source receive of this tag is involved: in its order
+            return self._posted(box.claim(src, self._one(tensors, "recv")))
         if local is None:
             work = self.gloo.recv(tensors, src, tag)
             return self._posted(work if self.deaths is None else
                                 _WatchedWork(work, self.deaths, "recv"))
         return self._posted(self.local.recv(tensors, local, tag))
 
+    @_watched("recv")
     def recv_anysource(self, tensors, tag=0):
-        _refuse("recv from any source (src=None, ANY_SOURCE)", "name the source rank")
+        box = self._mailboxes.get(tag)
+        if box is None:
+            box = self._mailboxes[tag] = _Mailbox(self, tag)
+        return self._posted(box.claim(None, self._one(tensors, "recv")))
 
     # collectives
 
@@ -825,7 +1037,9 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
     if rank == host[0]:
         leaders = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "leaders/", store), h,
                                         len(hosts), timeout)
-    return ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks)
+    group = ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks)
+    group.timeout = timeout
+    return group
 
 
 def _sub_group(world, store, rank, size, timeout, group_name, ranks):

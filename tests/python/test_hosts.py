@@ -240,13 +240,15 @@ def _all_pass(reports, checks):
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-def test_batch_isend_irecv_coalescing_monitored_barrier():
-    """batch_isend_irecv mixing a peer on this host and two on the other (receives first,
+def test_batch_isend_irecv_coalescing_monitored_barrier_any_source():
+    """recv(src=None) from both hosts (each message once, each source's in order, a named
+    receive after them), irecv(src=None) mixed with a named irecv (MPI's matching order),
+    batch_isend_irecv mixing a peer on this host and two on the other (receives first,
     two in order per pair, larger than a ring), torch 2's _coalescing_manager (p2p, and the
     coalesced all_reduce, all_gather_into_tensor, reduce_scatter_tensor in the documented
     order), monitored_barrier that every rank enters (world, wait_all_ranks, a sub-group
     across hosts)."""
-    _all_pass(run_hosts([[0, 1], [2, 3]], "more"), 3)
+    _all_pass(run_hosts([[0, 1], [2, 3]], "more"), 5)
 
 
 @pytest.mark.parametrize("skip,wait_all,named", [("3", "", "3"), ("1,3", "all", "1, 3")])

@@ -269,8 +269,8 @@ def avg_reduce_scatter_all_to_all():
 
 
 def refusals():
-    if rank == 0:
-        expect_raises("across hosts", lambda: dist.recv(torch.zeros(1)))
+    expect_raises("across hosts", lambda: dist.all_gather_coalesced(
+        [[torch.zeros(1) for _ in range(world)]], [torch.zeros(1)]))
 
 
 def batch_isend_irecv_mixed():
@@ -329,9 +329,70 @@ def monitored_barrier_passes():
         dist.monitored_barrier(group=across, timeout=timedelta(seconds=60))
 
 
+def any_source_blocking():
+    """Rank 0 receives with src=None the three messages each of rank 1 (its host) and ranks
+    2 and 3 (the other host), sent at once: each exactly once, each source's in the order
+    sent, the returned source the sender's; then a named receive from rank 2 while the
+    mailbox may still hold a receive posted on the other transport (tag 0 again; rank 2 sends
+    it once rank 0 is done with the others)."""
+    n = 3
+    if rank == 0:
+        seen = {1: [], 2: [], 3: []}
+        for _ in range(3 * n):
+            t = torch.zeros(4)
+            src = dist.recv(t)
+            expect(src in seen, f"recv(src=None) returned source {src}")
+            expect_equal(t, torch.full((4,), 100.0 * src + len(seen[src])),
+                         f"message {len(seen[src])} of rank {src}")
+            seen[src].append(int(t[0].item()))
+        dist.send(torch.zeros(1), 2, tag=1)  # rank 2's last message only now
+        t = torch.zeros(4)
+        dist.recv(t, 2)
+        expect_equal(t, torch.full((4,), 299.0), "the named receive after any-source ones")
+    else:
+        for k in range(n):
+            dist.send(torch.full((4,), 100.0 * rank + k), 0)
+        if rank == 2:
+            dist.recv(torch.zeros(1), 0, tag=1)
+            dist.send(torch.full((4,), 299.0), 0)
+    dist.barrier()
+
+
+def any_source_irecv_order():
+    """Rank 2 posts irecv(src=None), irecv(src=3), irecv(src=None) (tag 5) and waits for them
+    in reverse order; rank 3 (its host) sends a then b, rank 0 (the other host) c after a
+    barrier. Every message is taken once, the named receive gets one of rank 3's, and rank
+    3's messages go to the receives in the order they were posted (MPI's matching)."""
+    if rank == 2:
+        got = [torch.zeros(2) for _ in range(3)]
+        works = [dist.irecv(got[0], tag=5), dist.irecv(got[1], 3, tag=5),
+                 dist.irecv(got[2], tag=5)]
+        dist.barrier()
+        for w in reversed(works):
+            w.wait()
+        values_got = [t[0].item() for t in got]
+        expect(sorted(values_got) == [1.0, 2.0, 3.0], f"received {values_got}")
+        expect(values_got[1] in (1.0, 2.0), f"the named receive from 3 got {values_got[1]}")
+        from3 = [v for v in values_got if v in (1.0, 2.0)]
+        expect(from3 == [1.0, 2.0], f"rank 3's messages taken as {values_got}")
+        sources = [w._source_rank() for w in works]
+        expect(sorted(sources) == [0, 3, 3], f"sources {sources}")
+    elif rank == 3:
+        dist.send(torch.full((2,), 1.0), 2, tag=5)
+        dist.send(torch.full((2,), 2.0), 2, tag=5)
+        dist.barrier()
+    elif rank == 0:
+        dist.barrier()
+        dist.send(torch.full((2,), 3.0), 2, tag=5)
+    else:
+        dist.barrier()
+    dist.barrier()
+
+
 if mode == "more":
     from common import TORCH2  # noqa: E402
-    run_checks([batch_isend_irecv_mixed, coalescing_manager, monitored_barrier_passes])
+    run_checks([batch_isend_irecv_mixed, coalescing_manager, monitored_barrier_passes,
+                any_source_blocking, any_source_irecv_order])
     dist.barrier()
     dist.destroy_process_group()
     say(f"DONE rank={rank}")
