@@ -316,8 +316,11 @@ def _watched(what):
         def call(self, *args, **kwargs):
             try:
                 return method(self, *args, **kwargs)
-            except _C.InvalidArgument:
-                raise
+            except _C.InvalidArgument as e:
+                renamed = self._named_globally(str(e))
+                if renamed == str(e):
+                    raise
+                raise type(e)(renamed) from None  # the host's indices would only mislead
             except RuntimeError as e:
                 if self.deaths is None:
                     raise
@@ -627,9 +630,36 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
         self._mailboxes = {}  # tag -> _Mailbox, while an any-source receive of it is involved
         self.timeout = None  # the group's timeout (set by the creator), bounds any-source waits
+        # The global rank of each rank of this host's "shm" job (which numbers them from 0):
+        # this host's members, or for a sub-group whose "shm" part is a sub-group of the
+        # world's, the world's members on this host (set by the creator).
+        self._host_job_globals = [self.global_ranks[r] for r in hosts[self._host]]
 
     def getBackendName(self):
         return "shm"
+
+    def _named_globally(self, text):
+        """A text of this host's "shm" part, which numbers its ranks from 0 (a collective whose
+        members disagree names "group rank 1 (global rank 1)" and "src=1" for global rank 3),
+        with this group's ranks and the global ranks instead."""
+        names = self._host_job_globals
+
+        def member(m):
+            j = int(m.group(2))
+            if not 0 <= j < len(names) or names[j] not in self.global_ranks:
+                return m.group(0)
+            g = names[j]
+            return "group rank " + str(self.global_ranks.index(g)) + " (global rank " + \
+                str(g) + ")"
+
+        def root(m):
+            j = int(m.group(2))
+            return m.group(1) + "=" + (str(names[j]) if 0 <= j < len(names) else m.group(2))
+        if "disagree" not in text and "rejected its arguments" not in text:
+            return text
+        text = re.sub(r"group rank (\d+) \(global rank (\d+)\)", member, text)
+        text = re.sub(r"\b(root|src|dst)=(\d+)", root, text)
+        return text.replace("on the world group)", "on this host's \"shm\" part of the group)")
 
     # torch 2's ProcessGroup keeps its name in its backends, and this group has none (it is
     # the backend): DeviceMesh, DTensor and the functional collectives find groups by name.
@@ -1057,4 +1087,5 @@ def _sub_group(world, store, rank, size, timeout, group_name, ranks):
     group = _compose(store, _KEY, rank, size, timeout, group_name, hosts, ranks,
                      world_job=False, local_ranks=local_ranks)
     group.deaths = world.deaths
+    group._host_job_globals = world._host_job_globals
     return group

@@ -286,3 +286,24 @@ def test_ddp_fsdp2_dtensor_across_hosts():
         assert res["out"].count("SKIP ") == (0 if TORCH2 else 2), text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_collective_mismatch_inside_a_host_names_global_ranks():
+    """Global ranks 2 and 3 (host B, indices 0 and 1 there) call broadcast with sources 2 and
+    3: both raise InvalidArgument naming group/global ranks 2 and 3 and the sources 2 and 3,
+    never host B's indices 0 and 1."""
+    reports = run_hosts([[0, 1], [2, 3]], "mismatch", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "20"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r in (2, 3):
+        caught = _caught(ranks[r])
+        assert len(caught) == 1, text
+        assert "InvalidArgument" in caught[0] and "disagree" in caught[0], text
+        assert "group rank 3 (global rank 3)" in caught[0], text
+        assert "group rank 2 (global rank 2)" in caught[0], text
+        assert "src=3" in caught[0] and "src=2" in caught[0], text
+        assert "rank 0" not in caught[0] and "rank 1" not in caught[0], text
+        assert "src=0" not in caught[0] and "src=1" not in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

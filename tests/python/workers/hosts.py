@@ -100,6 +100,19 @@ if mode == "monitored":
         time.sleep(8)  # past the others' timeout: skipped, not gone
     os._exit(0)
 
+if mode == "mismatch":
+    # Host B's ranks disagree on a broadcast's source (rank 3 names itself, the others rank
+    # 2): host B's "shm" part finds it; ranks 2 and 3 print what they caught.
+    dist.barrier()
+    if rank in (2, 3):
+        try:
+            dist.broadcast(torch.zeros(4), rank)
+            say(f"FAIL mismatch rank={rank}: the broadcast returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    time.sleep(2)
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
