@@ -60,11 +60,18 @@ class _Probe:
 
     _SLICE = timedelta(milliseconds=100)
 
-    def __init__(self, store, prefix, rank, size, timeout, global_rank):
+    # After this long waiting for ranks (or half the timeout, if shorter), a rank says once
+    # (stderr) which have not come yet.
+    _SAY_AFTER = 10.0
+
+    def __init__(self, store, prefix, rank, size, timeout, global_ranks):
         self.store, self.prefix, self.rank, self.size = store, prefix, rank, size
         self.timeout = timeout
-        self.deadline = time.monotonic() + timeout.total_seconds()
-        self.me = "rank " + str(rank) + " (global rank " + str(global_rank) + ")"
+        self.began = time.monotonic()
+        self.deadline = self.began + timeout.total_seconds()
+        self.global_ranks = global_ranks
+        self.me = "rank " + str(rank) + " (global rank " + str(global_ranks[rank]) + ")"
+        self.said = False
         # The error, and a counter that is nonzero once it is set (torch 1.13's stores have
         # no check(); add(key, 0) reads a counter on every store).
         self.error_key = prefix + "error"
@@ -90,9 +97,24 @@ class _Probe:
         finally:
             raise _C.SetupError(why)
 
-    def get(self, key, what):
+    def here(self, stage):
+        """Counts this rank as having done `stage` (a counter per rank: add never blocks, on
+        every store, so a rank can later list who has not without waiting for them)."""
+        self.store.add(self.prefix + stage + "/here/" + str(self.rank), 1)
+
+    def missing(self, stage):
+        """The group ranks that have not done `stage` yet."""
+        return [r for r in range(self.size)
+                if self.store.add(self.prefix + stage + "/here/" + str(r), 0) == 0]
+
+    def _who(self, ranks):
+        return "ranks " + str(ranks) + " (global ranks " + \
+            str([self.global_ranks[r] for r in ranks]) + ")"
+
+    def get(self, key, what, stage):
         """The value of `key` once some rank set it; raises SetupError when another rank
-        reported a failure, or at the timeout."""
+        reported a failure, or at the timeout, naming every rank that has not done `stage`
+        (`what` says what it is)."""
         while True:
             if self.store.add(self.failed_key, 0) > 0:
                 error = self.store.get(self.error_key).decode()
@@ -105,11 +127,27 @@ class _Probe:
             except RuntimeError as e:
                 if time.monotonic() - began < self._SLICE.total_seconds() / 2:
                     raise  # not the slice's timeout: the store itself failed
-                if time.monotonic() >= self.deadline:
-                    self.fail(self.me + ": " + what + " within the timeout of " +
-                              str(self.timeout) + "; check that every rank was started with "
-                              "the same world size (" + str(self.size) + ") and all of them "
-                              "run (the store says: " + str(e).splitlines()[0] + ")")
+                now = time.monotonic()
+                if now >= self.deadline:
+                    missing = self.missing(stage)
+                    here = [r for r in range(self.size) if r not in missing]
+                    self.fail(self.me + ": " + self._who(missing) + " of the " +
+                              str(self.size) + " did not " + what + " within the timeout of " +
+                              str(self.timeout) + " (" + self._who(here) + " did): they never "
+                              "reached the creation of backend \"shm\"; check that every "
+                              "host's ranks (or agent) started, with the same world size (" +
+                              str(self.size) + "), and did not fail before init_process_group "
+                              "(the store says: " + str(e).splitlines()[0] + ")")
+                if not self.said and now - self.began >= min(
+                        self._SAY_AFTER, self.timeout.total_seconds() / 2):
+                    self.said = True
+                    missing = self.missing(stage)
+                    import sys
+                    sys.stderr.write(
+                        "shmdist: " + self.me + " has waited " + str(int(now - self.began)) +
+                        " s in the creation of backend \"shm\" for " + self._who(missing) +
+                        " of the " + str(self.size) + " to " + what + "; it waits up to the "
+                        "timeout (" + str(self.timeout) + "). Are all hosts' ranks started?\n")
 
 
 def find_hosts(store, rank, size, timeout, global_ranks):
@@ -119,7 +157,7 @@ def find_hosts(store, rank, size, timeout, global_ranks):
     /dev/shm, also when it raises."""
     gen = store.add(_KEY + "gen/" + str(rank), 1)
     prefix = _KEY + str(gen) + "/"
-    probe = _Probe(store, prefix, rank, size, timeout, global_ranks[rank])
+    probe = _Probe(store, prefix, rank, size, timeout, global_ranks)
     name = _probe_name(_shm_tag())
     token = secrets.token_hex(16)
     path = "/dev/shm/" + name
@@ -130,10 +168,10 @@ def find_hosts(store, rank, size, timeout, global_ranks):
         finally:
             os.close(fd)
         store.set(prefix + "probe/" + str(rank), str(size) + " " + name + " " + token)
+        probe.here("probe")
         mates = []
         for r in range(size):
-            text = probe.get(prefix + "probe/" + str(r),
-                             "rank " + str(r) + " did not publish its host probe")
+            text = probe.get(prefix + "probe/" + str(r), "publish their host probe", "probe")
             fields = text.split(" ")
             if len(fields) != 3 or not fields[1].startswith("shmdist-") or "/" in fields[1]:
                 probe.fail("the store's host probe of rank " + str(r) + " is '" + text +
@@ -146,10 +184,11 @@ def find_hosts(store, rank, size, timeout, global_ranks):
             if r == rank or _reads(fields[1], fields[2]):
                 mates.append(r)
         store.set(prefix + "host/" + str(rank), ",".join(map(str, mates)))
+        probe.here("host")
         # Every rank has looked at every probe once all have published what they saw.
         rows = {r: tuple(int(x) for x in probe.get(
-                    prefix + "host/" + str(r),
-                    "rank " + str(r) + " did not report which probes it could read").split(","))
+                    prefix + "host/" + str(r), "report which host probes they could read",
+                    "host").split(","))
                 for r in range(size)}
     finally:
         _unlink(path)

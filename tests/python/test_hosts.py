@@ -117,6 +117,28 @@ def test_world_size_disagreement_fails_at_once():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+def test_a_missing_host_is_named(tmp_path):
+    """Only host A's ranks 0 and 1 start, of a world of 4, through file:// (where torch does
+    not wait for every rank before the backend is created, as env:// and torchrun do): after
+    half the timeout (8 s here) each says which ranks it is waiting for, and at the timeout
+    both raise SetupError naming ranks 2 and 3 as the ones that never came, and 0 and 1 as
+    those that did (before: only "rank 2 did not publish its host probe")."""
+    reports = run_hosts([[0, 1]], "init", world_sizes=[4], timeout=90,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "8",
+                                   "SHMDIST_TEST_INIT_METHOD": f"file://{tmp_path}/store"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for res in ranks.values():
+        assert res["rc"] not in (0, None), text
+        assert "SetupError" in res["err"], text
+        assert ("ranks [2, 3] (global ranks [2, 3]) of the 4 did not publish their host probe"
+                in res["err"]), text
+        assert "(ranks [0, 1] (global ranks [0, 1]) did)" in res["err"], text
+        assert "has waited 4 s in the creation of backend \"shm\" for ranks [2, 3]" in \
+            res["err"], text
+    assert reports[0]["left_in_dev_shm"] == [], reports[0]["left_in_dev_shm"]
+
+
 def test_one_namespace_is_one_host():
     """Four ranks sharing one /dev/shm are one host: the world is the plain "shm" group
     (no gloo), whatever the launcher variables say."""

@@ -28,8 +28,15 @@ from common import expect, expect_equal, expect_raises, run_checks, say
 mode = sys.argv[1] if len(sys.argv) > 1 else "ops"
 # The test bounds its own run time well below a timeout it sets here (SHMDIST_TEST_INIT_TIMEOUT)
 # when it expects a failure within seconds: waiting out this timeout would fail it.
-dist.init_process_group("shm", timeout=timedelta(
-    seconds=float(os.environ.get("SHMDIST_TEST_INIT_TIMEOUT", "60"))))
+# SHMDIST_TEST_INIT_METHOD (file://...): that init method instead of env://, which has torch
+# wait for every rank before the backend is created.
+init_timeout = timedelta(seconds=float(os.environ.get("SHMDIST_TEST_INIT_TIMEOUT", "60")))
+if os.environ.get("SHMDIST_TEST_INIT_METHOD"):
+    dist.init_process_group("shm", init_method=os.environ["SHMDIST_TEST_INIT_METHOD"],
+                            rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]), timeout=init_timeout)
+else:
+    dist.init_process_group("shm", timeout=init_timeout)
 rank, world = dist.get_rank(), dist.get_world_size()
 from torch.distributed import distributed_c10d as c10d  # noqa: E402
 
