@@ -98,7 +98,14 @@ def main():
         print(f"hosts_bench: {a.test} {a.backend}: {why}", file=sys.stderr)
         return 1
     ranks = {r["rank"]: r for rep in reports for r in rep["ranks"]}
-    failed = [r for r in ranks.values() if r["rc"] != 0]
+    # torch 2.13's gloo with DDP aborts in the interpreter's teardown, after the work is done
+    # and printed, in about 1 process of 6 ("terminate called without an active exception";
+    # see tests/python/workers/ddp.py): "shm" across hosts holds gloo groups too. A rank that
+    # printed its last line (PARAMS) and then aborted so counts, with a note.
+    torn = [r for r in ranks.values() if a.test == "ddp" and r["rc"] == -6
+            and f"PARAMS rank={r['rank']}" in r["out"]
+            and "terminate called without an active exception" in r["err"]]
+    failed = [r for r in ranks.values() if r["rc"] != 0 and r not in torn]
     left = [n for rep in reports for n in rep["left_in_dev_shm"]]
     if failed:
         r = failed[0]
@@ -107,6 +114,9 @@ def main():
         return 1
     print(f"# {a.test} on {n_hosts} emulated hosts x {per_host} ranks, backend {a.backend}, "
           f"torch {probe.stdout.strip()}, OMP_NUM_THREADS=1, unbound")
+    for r in torn:
+        print(f"# note: rank {r['rank']} aborted in torch's teardown after its work "
+              "(terminate called without an active exception)")
     if left:
         print(f"# warning: left in the hosts' /dev/shm: {' '.join(left)}")
     out = ranks[0]["out"]
