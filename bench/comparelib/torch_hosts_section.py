@@ -55,8 +55,11 @@ def options(quick):
     return {"allreduce": [], "ddp": [], "widths": WIDTHS}  # the script's defaults: 4 B-16 MiB
 
 
-def run(session, rounds, quick, build_dir):
-    found = interpreters(build_dir, session.tools.notes)
+def run(session, rounds, quick, build_dir, releases):
+    """`releases`: the torch releases to run ("2.13", "1.13"), of those found; one with
+    --quick."""
+    found = [f for f in interpreters(build_dir, session.tools.notes)
+             if f[0][len("torch"):] in releases]
     if quick:
         found = found[:1]
     opts = options(quick)
