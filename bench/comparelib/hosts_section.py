@@ -41,8 +41,10 @@ def options(quick):
     return {"latency": {"max-size": 1 << 16}, "bw": {}}  # OSU defaults otherwise
 
 
-def command(tools, test, transport, hosts, opts, bind):
-    nproc = len(hosts.split(",")) if hosts else 2
+def command(tools, test, transport, hosts, opts, bind, nproc=2):
+    """mpirun's command line: shmdist-bench on the emulated hosts `hosts` (one per rank), or
+    (transport ompi-tcp, hosts None) shmdist-mpi-bench on `nproc` ranks."""
+    nproc = len(hosts.split(",")) if hosts else nproc
     cmd = [tools.mpirun, "--allow-run-as-root", "-n", str(nproc)] + BTL
     # The mixed job has more ranks than this machine has CPUs: bound round robin (rank i to
     # core i mod CPUs), so that the measured pair, ranks 0 and 1, sits on two cores exactly as

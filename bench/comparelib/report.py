@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from . import hosts_section
 from . import peers_section
+from . import torch_hosts_section
 from .runner import run
 
 CSV_FIELDS = ["timestamp", "round", "test", "transport", "ranks", "size", "metric", "value",
@@ -144,6 +145,7 @@ class Report:
         out.extend(self._collectives_text())
         out.extend(self._idle_text())
         out.extend(hosts_section.text(self))
+        out.extend(torch_hosts_section.text(self))
         out.extend(peers_section.text(self))
         if self.notes or self.failures:
             out.append("")

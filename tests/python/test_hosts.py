@@ -4,7 +4,6 @@ namespaces), its ranks joined with the other host's through env:// on 127.0.0.1.
 runs workers/host_launch.py, which starts its ranks, waits for them and reports what they left
 in that host's /dev/shm (gone with the namespace, so only it can look)."""
 
-import json
 import os
 import subprocess
 
@@ -14,28 +13,11 @@ import torch
 TORCH2 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 0)
 
 from conftest import PYTHON, WORKERS, base_env, failures, free_port
+from emulated_hosts import start_hosts, wait_hosts, why_no_namespaces
 
 
-def _why_no_namespaces():
-    try:
-        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            "mount -t tmpfs tmpfs /dev/shm"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot run unshare: {e}"
-    if r.returncode != 0:
-        return (f"cannot give a process its own /dev/shm (unshare -m as uid {os.getuid()}): "
-                f"{r.stderr.strip()}")
-    return None
-
-
-WHY_NOT = _why_no_namespaces()
+WHY_NOT = why_no_namespaces()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
-
-
-def _in_own_dev_shm(cmd):
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "emulated-host", *cmd]
 
 
 def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None, args=(),
@@ -44,29 +26,13 @@ def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None, args=(
     WORLD_SIZE `world_sizes[host]` (the number of ranks by default). Returns the hosts'
     reports (host_launch.py's JSON), after every process ended; kills them all and fails if
     that takes longer than `timeout` seconds."""
-    port = str(free_port())
     world = sum(len(h) for h in hosts)
-    procs = []
-    for h, ranks in enumerate(hosts):
-        env = base_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                        "WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
-                        **(extra_env or {})})
-        cmd = _in_own_dev_shm([PYTHON, str(WORKERS / "host_launch.py"), str(timeout - 20),
-                               str(WORKERS / script), *map(str, ranks), "--", mode, *args])
-        kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, cwd=WORKERS, **kwargs))
-    reports = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            assert p.returncode == 0, f"host launcher: exit {p.returncode}\n{out}\n{err}"
-            reports.append(json.loads(out))
-    except subprocess.TimeoutExpired:
-        os.killpg(procs[0].pid, 9)
-        for p in procs:
-            p.communicate()
-        pytest.fail(f"the job across emulated hosts did not end within {timeout} s")
+    envs = [base_env({"WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
+                      **(extra_env or {})}) for h in range(len(hosts))]
+    procs = start_hosts(hosts, WORKERS / script, [mode, *args], envs, timeout, PYTHON)
+    reports, why = wait_hosts(procs, timeout)
+    if reports is None:
+        pytest.fail(why)
     return reports
 
 
