@@ -9,6 +9,7 @@ written back on wait()), and a call that disagrees with its peer's fails on both
     blocking.py   (2 ranks, env://; prints PASS/FAIL lines)
 """
 
+import threading
 import time
 
 import torch
@@ -23,25 +24,42 @@ LATE = 0.5  # seconds rank 1 waits before each of its calls: rank 0 is then sure
 
 
 def call(async_op):
+    """Also counts the turns another Python thread takes during the call: a call that
+    blocks must let it run (the GIL released while it waits)."""
     t = torch.full((1000,), float(me + 1))
     if me == 1:
         time.sleep(LATE)
     opts = dist.AllreduceOptions()
     opts.asyncOp = async_op
+    turns, inside = [0], threading.Event()
+    stop = threading.Event()
+
+    def other():
+        inside.wait()
+        while not stop.is_set():
+            turns[0] += 1
+            time.sleep(0.001)
+    side = threading.Thread(target=other)
+    side.start()
+    inside.set()
     work = group.allreduce([t], opts)
+    during = turns[0]
+    stop.set()
+    side.join()
     done_at_return = work.is_completed()
     reduced_at_return = bool((t == 3).all())
     work.wait()
-    return done_at_return, reduced_at_return, t
+    return done_at_return, reduced_at_return, t, during
 
 
 try:
-    done, reduced, t = call(False)
+    done, reduced, t, during = call(False)
     if me == 0:
         expect(done and reduced, f"asyncOp=False: the Work was complete ({done}) and the tensor "
                f"reduced ({reduced}) when allreduce returned")
+        expect(during > 0, "another Python thread ran while allreduce blocked (GIL released)")
     expect_equal(t, torch.full((1000,), 3.0), "asyncOp=False result")
-    done, _, t = call(True)
+    done, _, t, _ = call(True)
     if me == 0:
         expect(not done, "asyncOp=True: the Work was still pending when allreduce returned "
                "(the peer had not called yet)")
