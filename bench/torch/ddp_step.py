@@ -3,7 +3,10 @@
 either (tests/python/workers/ddp.py, which the test suite also uses to check that "shm"
 trains bit for bit like gloo). For each model width it runs one job per backend, the backends
 alternating, and prints the median step time (forward, backward with DDP's gradient
-all-reduce, optimizer step) of rank 0 and the ratio.
+all-reduce, optimizer step) of rank 0 and the ratio; beside them "floor": the same job on
+"shm" with every step inside DDP's no_sync(), so no gradient is all-reduced at all (the step
+no backend can beat; issue 29's target: a "shm" step at most 1.05x the floor), and each
+backend's ratio to it.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/ddp_step.py [--ranks 2]
         [--widths 64,512,2048] [--steps 40] [--rounds 3] [--timeout 300]
@@ -33,15 +36,18 @@ def free_port():
 
 
 def run_job(backend, ranks, width, steps, timeout):
-    """Median step time (ms) of rank 0, and the parameter count."""
+    """Median step time (ms) of rank 0, and the parameter count. backend "floor": "shm"
+    under no_sync (no gradient all-reduce)."""
     port = str(free_port())
+    extra = ["--no-sync"] if backend == "floor" else []
+    backend = "shm" if backend == "floor" else backend
     procs = []
     for r in range(ranks):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), LOCAL_RANK=str(r),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER), backend, "--time", "--steps", str(steps),
-             "--width", str(width)],
+             "--width", str(width)] + extra,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             process_group=0 if r == 0 else procs[0].pid))
     deadline = time.monotonic() + timeout
@@ -75,18 +81,21 @@ def main():
     import torch
     print(f"# DDP step time, {args.ranks} ranks, torch {torch.__version__}, {args.steps} steps "
           f"a job (median of the last 3/4), median over {args.rounds} jobs per backend")
-    print(f"{'width':>6} {'params':>10} {'grad MiB':>9} {'shm ms':>9} {'gloo ms':>9} {'gloo/shm':>9}")
+    print(f"{'width':>6} {'params':>10} {'grad MiB':>9} {'floor ms':>9} {'shm ms':>9} "
+          f"{'gloo ms':>9} {'gloo/shm':>9} {'shm/floor':>10} {'gloo/floor':>11}")
+    backends = ("floor", "shm", "gloo")
     for width in (int(w) for w in args.widths.split(",")):
-        times = {"shm": [], "gloo": []}
+        times = {b: [] for b in backends}
         params = 0
         for i in range(args.rounds):
-            order = ("shm", "gloo") if i % 2 == 0 else ("gloo", "shm")
-            for backend in order:
+            k = i % len(backends)  # the order rotates between rounds
+            for backend in backends[k:] + backends[:k]:
                 ms, params = run_job(backend, args.ranks, width, args.steps, args.timeout)
                 times[backend].append(ms)
-        shm, gloo = statistics.median(times["shm"]), statistics.median(times["gloo"])
-        print(f"{width:>6} {params:>10} {params * 4 / 2**20:>9.2f} {shm:>9.3f} {gloo:>9.3f} "
-              f"{gloo / shm:>8.2f}x", flush=True)
+        floor, shm, gloo = (statistics.median(times[b]) for b in backends)
+        print(f"{width:>6} {params:>10} {params * 4 / 2**20:>9.2f} {floor:>9.3f} {shm:>9.3f} "
+              f"{gloo:>9.3f} {gloo / shm:>8.2f}x {shm / floor:>9.2f}x {gloo / floor:>10.2f}x",
+              flush=True)
 
 
 if __name__ == "__main__":

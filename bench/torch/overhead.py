@@ -4,7 +4,7 @@ ranks, timed along four paths in one process, rounds interleaved.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch/overhead.py
         [--backends shm,gloo,null] [--op pingpong|allreduce] [--size 8] [--iterations 20000]
-        [--rounds 5] [--count]
+        [--rounds 5] [--count] [--dtype float32]
 
 Paths, each a half round trip in us (one send on one rank, the matching recv on the other):
   dist     dist.send / dist.recv (torch's Python layer, distributed_c10d.py, then as below)
@@ -17,8 +17,8 @@ Then the differences: torch's Python layer (dist - method), torch's binding laye
 c10d), the backend's c10d adapter (c10d - shmdist) and the total Python-level overhead over
 the C++ call (dist - c10d). Each figure is the median over the rounds.
 
---op allreduce times (or counts) an all_reduce (SUM) of a float32 tensor of --size bytes
-instead, along the same four paths (dist.all_reduce, group.allreduce([t]).wait(), c10d's
+--op allreduce times (or counts) an all_reduce (SUM) of a float32 (or --dtype) tensor of
+--size bytes instead, along the same four paths (dist.all_reduce, group.allreduce([t]).wait(), c10d's
 allreduce in C++, shmdist's all_reduce in C++), per call.
 
 Backend "null" is the floor: a c10d::ProcessGroup in shmdist._C whose send and recv do
@@ -87,6 +87,10 @@ def make_paths(args, dist, group, t, peer):
     return paths
 
 
+def t_size(torch, dtype):
+    return torch.tensor([], dtype=dtype).element_size()
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -102,7 +106,8 @@ def worker(args):
     me = dist.get_rank()
     group = dist.distributed_c10d._get_default_group()
     if args.op == "allreduce":
-        t = torch.zeros(max(1, args.size // 4), dtype=torch.float32)
+        dtype = getattr(torch, args.dtype)
+        t = torch.zeros(max(1, args.size // t_size(torch, dtype)), dtype=dtype)
     else:
         t = torch.zeros(args.size, dtype=torch.uint8)
     peer = 1 - me
@@ -178,7 +183,7 @@ def run_backend(args, backend):
     port = str(free_port())
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend,
            "--op", args.op, "--size", str(args.size), "--iterations", str(args.iterations),
-           "--rounds", str(args.rounds)] + (["--count"] if args.count else [])
+           "--rounds", str(args.rounds), "--dtype", args.dtype] + (["--count"] if args.count else [])
     outdir = tempfile.mkdtemp(prefix="shmdist-overhead-") if args.count else None
     procs = []
     for r in range(2):
@@ -240,6 +245,8 @@ def main():
                     help="an 8-byte send/recv ping-pong (default) or an all_reduce (float32)")
     ap.add_argument("--size", type=int, default=8, help="bytes (default 8)")
     ap.add_argument("--iterations", type=int, default=20000)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                    help="--op allreduce: the tensor's dtype (default float32)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--count", action="store_true",
@@ -260,13 +267,13 @@ def main():
               "set PYTHONPATH=<build>/python", file=sys.stderr)
         return 3
     if args.count and args.op == "allreduce":
-        print(f"# {args.size}-byte float32 all_reduce on rank 0 of 2 under callgrind: "
+        print(f"# {args.size}-byte {args.dtype} all_reduce on rank 0 of 2 under callgrind: "
               f"instructions per call, {args.iterations} calls")
     elif args.count:
         print(f"# {args.size}-byte send and recv on rank 0 under callgrind: instructions per "
               f"operation (mean of a send and a recv), {args.iterations} of each")
     elif args.op == "allreduce":
-        print(f"# {args.size}-byte float32 all_reduce on 2 ranks, us per call, median of "
+        print(f"# {args.size}-byte {args.dtype} all_reduce on 2 ranks, us per call, median of "
               f"{args.rounds} interleaved rounds of {args.iterations}")
     else:
         print(f"# {args.size}-byte ping-pong, half a round trip in us, median of {args.rounds} "

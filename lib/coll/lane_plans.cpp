@@ -171,7 +171,10 @@ LanePlan plan_reduce(const ShmLane& lane, const Tensor& tensor, ReduceOp op, int
   p.root = root;
   p.total = tensor.nbytes();
   p.window = lane.slot_size() / 8 * 8;  // whole elements of every dtype
-  p.sliced = p.n >= kSliceMinMembers && p.total > slice_threshold(p.n);
+  const bool half_float = p.dtype == DType::BFloat16 || p.dtype == DType::Float16;
+  p.sliced = p.n >= kSliceMinMembers
+                 ? p.total > slice_threshold(p.n)
+                 : p.n == 2 && half_float && p.total > kSlicePairMin && p.total <= p.window;
   p.at = ShmLane::data_offset(std::min(p.total, p.window));
   p.data = bytes_of(tensor);
   return p;

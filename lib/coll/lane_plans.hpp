@@ -8,7 +8,8 @@
 // member (the fingerprints agree, so the choice does too):
 //   direct  (up to slice_threshold(n) bytes, or 2 members): one round per window; every member
 //           copies its window in and reduces all members' windows straight into its output;
-//   sliced  (above, 3 members or more): two rounds per window. Round 1: each member copies its window in and,
+//   sliced  (above, 3 members or more; with 2 members, float16 and bfloat16 from
+//           kSlicePairMin bytes up to one window): two rounds per window. Round 1: each member copies its window in and,
 //           once all have, reduces only its own slice (1/n of the window, member order as
 //           always) into its output. Round 2: each member copies its reduced slice in, and
 //           copies everybody's reduced slices out. Each member reads about 2 windows' worth
@@ -38,6 +39,15 @@ inline constexpr int kSliceMinMembers = 3;
 inline constexpr std::size_t slice_threshold(int members) {
   return members > 4 ? kSliceThresholdWide : kSliceThreshold;
 }
+// Two members, float16 and bfloat16, above this many bytes and up to one window: the sliced
+// algorithm (each member reduces half the elements, the other half it copies). There the
+// reduction's arithmetic (widening to float32 and rounding back, about 2x float32's time per
+// byte in the vector kernels, bench/micro/reduce_kernels.cpp) outweighs the round it adds:
+// interleaved runs of 2 bound ranks (shmdist-bench allreduce --dtype bfloat16, medians of 3,
+// 2026-12-05) took 0.75x direct's time at 64 KiB, 0.67x at 256 KiB, 0.81x at 8 KiB, about
+// the same at 4 KiB. float32 gained nothing there (0.92x-1.06x), and above one window the
+// doubled rounds (a hand-off each on a loaded machine) measured no gain either.
+inline constexpr std::size_t kSlicePairMin = 4 * 1024;
 // Two-member broadcasts above this many bytes move windows of this size (pipelined).
 inline constexpr std::size_t kBroadcastChunk = 32 * 1024;
 

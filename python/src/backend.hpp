@@ -118,6 +118,17 @@ class ProcessGroupShm : public BackendBase {
   c10::intrusive_ptr<ShmWork> make_work(c10d::OpType type, c10::ArrayRef<at::Tensor> outputs,
                                         std::chrono::milliseconds op_timeout) const;
   int global_rank(int group_rank, const char* op) const;
+  // Whether a collective with these options may run blocking inside the call, in shmdist's
+  // blocking form (in the caller's frame: no background schedule, the lane polled before
+  // the engine's waiting loop), returning an already completed Work. torch 2.x says in the
+  // options whether its caller waits at once (asyncOp false: dist.all_reduce(...) without
+  // async_op=True, which waits on the Work before returning); torch 1.13 does not say, so
+  // there every call posts non-blocking. Only when the operation's timeout is the job's:
+  // shmdist's blocking wait ends with the job's timeout (and its Timeout, the same error
+  // the Work's wait would rethrow), so a group or call with a timeout of its own keeps the
+  // Work's wait, which enforces it.
+  template <class Opts>
+  bool blocking(const Opts& opts) const;
   // A collective: a Work returning `outputs`, copying `written` back out of their staging
   // copies once `post` has completed. The arguments are only read during the call (views,
   // not copies, and `post` is called before it returns, so it is not stored): for tensors

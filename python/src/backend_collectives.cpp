@@ -48,7 +48,25 @@ std::vector<Tensor> views(const std::vector<BoundTensor>& bound) {
   return v;
 }
 
+// opts.asyncOp where the options have it (torch 2.x), else true (torch 1.13: the backend is
+// not told, so it must not block).
+template <class Opts>
+auto async_op(const Opts& opts, int) -> decltype(static_cast<bool>(opts.asyncOp)) {
+  return opts.asyncOp;
+}
+template <class Opts>
+bool async_op(const Opts&, long) {
+  return true;
+}
+
 }  // namespace
+
+template <class Opts>
+bool ProcessGroupShm::blocking(const Opts& opts) const {
+  if (async_op(opts, 0)) return false;
+  const auto limit = opts.timeout.count() > 0 ? opts.timeout : timeout_;  // make_work's
+  return limit == job_->pg.timeout();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::collective(
     c10d::OpType type, c10::ArrayRef<at::Tensor> outputs, c10::ArrayRef<BoundTensor> written,
@@ -109,8 +127,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
   return or_reject(c10d::OpType::ALLREDUCE, "all_reduce", 1, opts.timeout, [&] {
     BoundTensor b = bind(single(tensors, "allreduce"), "allreduce");
     const ReduceOp op = to_shmdist(opts.reduceOp, b.is_complex);
+    // Blocking where the caller waits at once anyway (blocking()): the Work returned is
+    // complete, its wait() only runs the success steps (a staging copy back). An error
+    // (Timeout, PeerFailure, a mismatch) is thrown from this call instead of from wait(),
+    // the same exception; dist.all_reduce raises it either way.
+    const bool async = !blocking(opts);
     return collective(c10d::OpType::ALLREDUCE, tensors, b, opts.timeout, [&] {
-      return PostedWorks{job_->pg.all_reduce(b.view, op, group_, true)};
+      return PostedWorks{job_->pg.all_reduce(b.view, op, group_, async)};
     });
   });
 }

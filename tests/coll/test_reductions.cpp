@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "coll_support.hpp"
+#include "segment/layout.hpp"
 #include "support/shm_check.hpp"
 
 namespace dist = shmdist;
@@ -107,10 +108,35 @@ BOOST_AUTO_TEST_CASE(bitwise_equal_across_the_wide_group_switch) {
   }
 }
 
-// 2 members: the direct algorithm at every size and the two-input kernel.
+// 2 members: the two-input kernel; the direct algorithm, and the sliced one for float16 and
+// bfloat16 from kSlicePairMin bytes up to one window (the 70001-element cases).
 BOOST_AUTO_TEST_CASE(bitwise_equal_with_two_members) {
   expect_job_ok(2, [](dist::ProcessGroup& pg) { check_reductions(pg, {}, 300); },
                 p2p::job_options(Mode::Processes, 64 * 1024));
+}
+
+// 2 members, float16 and bfloat16: both sides of the switch to the sliced algorithm (4096 B
+// direct, 4098 B sliced with an odd element count), a whole window sliced and one element
+// past it direct again (two windows), each bitwise equal to the sequential reference.
+BOOST_AUTO_TEST_CASE(bitwise_equal_across_the_two_member_switch) {
+  expect_job_ok(2, [](dist::ProcessGroup& pg) {
+    const int me = pg.get_rank();
+    const std::int64_t window = static_cast<std::int64_t>(
+        shmdist::segment::default_coll_slot_size(2) / 2);  // elements of 2 bytes
+    std::uint64_t seed = 900;
+    for (DType d : {dist::kBFloat16, dist::kHalf}) {
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX}) {
+        for (std::int64_t numel : {std::int64_t{2048}, std::int64_t{2049}, window, window + 1}) {
+          ++seed;
+          std::vector<Tensor> inputs;
+          for (int r = 0; r < 2; ++r) inputs.push_back(make_input(seed, r, numel, d, op));
+          Tensor t = inputs[me].clone();
+          pg.all_reduce(t, op);
+          require_same(t, reference_reduce(inputs, op, d), label("all_reduce", op, d, numel));
+        }
+      }
+    }
+  }, p2p::job_options(Mode::Processes, 64 * 1024));
 }
 
 // A sub-group {3, 1, 2} of 5 (group ranks are the sorted global ranks), and world collectives

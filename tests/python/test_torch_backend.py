@@ -289,3 +289,17 @@ def test_ddp_training_under_shmrun():
     result = shmrun(2, WORKERS / "ddp.py", "shm")
     losses, params = ddp_outcome([result])
     assert params["rank=0"] == params["rank=1"] and losses["rank=0"] == losses["rank=1"], result
+
+
+@pytest.mark.skipif(not hasattr(__import__("torch").distributed.AllreduceOptions(), "asyncOp"),
+                    reason="this torch does not tell a backend whether its caller waits at once")
+def test_an_all_reduce_the_caller_waits_for_at_once_runs_blocking():
+    """torch 2.x's AllreduceOptions.asyncOp=False (dist.all_reduce without async_op): "shm"
+    runs the all_reduce inside the call and returns a completed Work; asyncOp=True returns
+    a pending one; results, a staged tensor and a mismatch behave as before."""
+    results = env_ranks(2, WORKERS / "blocking.py", timeout=120)
+    text = "".join(r.stdout for r in results)
+    assert not failures(text), "\n".join(failures(text)) + "\n" + repr(results)
+    for r in range(2):
+        assert f"PASS blocking rank={r}" in text, results
+    assert all(r.returncode == 0 for r in results), results

@@ -4,10 +4,15 @@ of the parameters' bytes after training, so the test can compare ranks (bitwise 
 parameters) and backends (equal losses). With --time it prints the median step time instead
 (bench/torch/ddp_step.py).
 
-    ddp.py BACKEND [--steps N] [--width W] [--time]
+    ddp.py BACKEND [--steps N] [--width W] [--time] [--no-sync]
+
+--no-sync runs every step inside DDP's no_sync(): no gradient all-reduce at all (each rank
+keeps its own gradients), the floor of a step that no backend can beat (bench/torch/ddp_step.py
+times it beside the backends; the ranks' parameters then differ).
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import statistics
@@ -27,6 +32,7 @@ parser.add_argument("--width", type=int, default=64)
 parser.add_argument("--depth", type=int, default=3)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--time", action="store_true")
+parser.add_argument("--no-sync", action="store_true")
 args = parser.parse_args()
 
 torch.set_num_threads(1)  # the same arithmetic in every run: results compare bit for bit
@@ -50,8 +56,9 @@ for step in range(args.steps):
     y = x.sum(dim=1, keepdim=True).sin()
     start = time.perf_counter()
     opt.zero_grad()
-    loss = nn.functional.mse_loss(ddp(x), y)
-    loss.backward()  # DDP all-reduces the gradients here
+    with ddp.no_sync() if args.no_sync else contextlib.nullcontext():
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()  # DDP all-reduces the gradients here (not under no_sync)
     opt.step()
     times.append(time.perf_counter() - start)
     # The global loss, as a training loop would log it.
@@ -65,7 +72,7 @@ for p in model.parameters():
 params = sum(p.numel() for p in model.parameters())
 if args.time:
     warm = times[len(times) // 4:] or times
-    say(f"STEP rank={rank} backend={args.backend} params={params} "
+    say(f"STEP rank={rank} backend={args.backend} no_sync={int(args.no_sync)} params={params} "
         f"median_ms={1e3 * statistics.median(warm):.3f}")
 else:
     say(f"LOSSES rank={rank} " + " ".join(float(l).hex() for l in losses))
