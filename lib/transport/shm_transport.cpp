@@ -23,9 +23,10 @@ constexpr std::size_t kMinUsefulRecord = 4096;
 // (header included), so that the receiver copies one record out while the sender copies the
 // next one in: a 64 KiB message's two copies overlap by half instead of following each other.
 // Smaller records wait less for the first one but cost more per record (a stamp and a tail
-// that cross cores, a header, a release): on the 2-vCPU VM (2026-12-05) 16 KiB records made
-// a 1 MiB ping-pong 1.3x slower and a 64 KiB stream 1.2x slower, 8 KiB ones 3x; 32 KiB made a
-// 64 KiB ping-pong 1.15x faster and cost nothing measurable at 1 MiB (bench/README.md).
+// that cross cores, a header, a release). On the 2-vCPU VM (2026-12-05, medians of 5 rounds
+// against 64 KiB records) 32 KiB records made a 64 KiB ping-pong 1.18x faster and cost 0-5% at
+// 1 MiB and in `bw` at 64 KiB; 16 KiB ones made a 1 MiB ping-pong 1.28x slower and `bw` at
+// 64 KiB 1.2x slower, 8 KiB ones the 1 MiB ping-pong 3x slower (bench/README.md, issue 29).
 constexpr std::size_t kStreamRecord = 32 << 10;
 // Records taken from one ring per poll before moving on (fairness between sources).
 constexpr int kRecordsPerRingPerPoll = 32;
