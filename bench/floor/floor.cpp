@@ -8,6 +8,11 @@
 //               a wake-up, what a receive pays once its spin phase is over.
 //   memcpy      one core copying 64 KiB, 1 MiB and 4 MiB buffers: GB/s (10^9 B/s of data
 //               copied). A two-copy transport moves large messages at some fraction of this.
+//   crosscopy   (only when asked for: --only crosscopy) the copy a receiver makes of bytes the
+//               other core has just written, two ways: memcpy out of shared memory (what each
+//               of a ring's two copies does) and process_vm_readv out of the writer's private
+//               memory (Open MPI's CMA single copy, and shmdist's between processes): GB/s of
+//               the reader's copy alone, 64 KiB, 1 MiB and 4 MiB.
 //
 // Each probe runs several times; the median is the figure (the VM's host moves vCPUs around,
 // so single runs can be off by 5x; see reference/shm_transports.md §8.5), min and max show
@@ -18,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -154,6 +160,94 @@ std::vector<double> copy_bandwidth(std::size_t size, double bytes_per_run, int r
   return gbps;
 }
 
+// ---- crosscopy ------------------------------------------------------------------------------
+
+// A child on cpu_b writes `size` bytes into a private buffer and the same into shared memory,
+// then hands over through a cache line; this process, on cpu_a, times its copy of them, with
+// memcpy from the shared mapping (cma false) or process_vm_readv from the child's buffer.
+// Returns GB/s of the timed copies, one figure per run of `rounds` hand-overs.
+std::vector<double> cross_copy(int cpu_a, int cpu_b, std::size_t size, bool cma, int runs,
+                               long rounds) {
+  struct Control {
+    SharedLine line;
+    std::atomic<std::uint64_t> address;
+  };
+  void* mem = mmap(nullptr, sizeof(Control) + size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    std::perror("shmdist-floor: mmap");
+    std::exit(1);
+  }
+  auto* control = new (mem) Control{};
+  std::byte* shared = static_cast<std::byte*>(mem) + sizeof(Control);
+  const long warmup = std::max(1L, rounds / 10);
+  const std::uint64_t total = static_cast<std::uint64_t>(warmup + rounds * runs);
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("shmdist-floor: fork");
+    std::exit(1);
+  }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    pin(cpu_b);
+    bench::AlignedBuffer own(size);
+    control->address.store(reinterpret_cast<std::uintptr_t>(own.data()), std::memory_order_relaxed);
+    for (std::uint64_t v = 1; v < 2 * total; v += 2) {
+      await(control->line.value, v - 1, WaitKind::Spin, 0);
+      std::memset(own.data(), static_cast<int>(v & 0x7f), size);
+      std::memset(shared, static_cast<int>(v & 0x7f), size);
+      hand_over(control->line.value, v, WaitKind::Spin);
+    }
+    _exit(0);
+  }
+  pin(cpu_a);
+  bench::AlignedBuffer dst(size);
+  std::memset(dst.data(), 0, size);
+  void* (*volatile copy)(void*, const void*, std::size_t) = std::memcpy;
+  std::uint64_t v = 1;
+  double copied_s = 0;
+  bool ok = true;
+  auto copy_n = [&](long n) {
+    copied_s = 0;
+    for (long i = 0; i < n; ++i, v += 2) {
+      await(control->line.value, v, WaitKind::Spin, child);
+      const double start = bench::wtime();
+      if (cma) {
+        iovec local{dst.data(), size};
+        iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(
+                         control->address.load(std::memory_order_relaxed))),
+                     size};
+        const ssize_t got = process_vm_readv(child, &local, 1, &remote, 1, 0);
+        if (got != static_cast<ssize_t>(size))
+          std::fprintf(stderr, "shmdist-floor: process_vm_readv read %zd of %zu bytes: %s\n", got,
+                       size, std::strerror(errno));
+        ok &= got == static_cast<ssize_t>(size);
+      } else {
+        copy(dst.data(), shared, size);
+      }
+      copied_s += bench::wtime() - start;
+      ok &= dst.data()[size / 2] == static_cast<std::byte>(v & 0x7f);
+      hand_over(control->line.value, v + 1, WaitKind::Spin);
+    }
+  };
+  copy_n(warmup);
+  std::vector<double> gbps;
+  for (int r = 0; r < runs; ++r) {
+    copy_n(rounds);
+    gbps.push_back(double(size) * double(rounds) / copied_s / 1e9);
+  }
+  waitpid(child, nullptr, 0);
+  munmap(mem, sizeof(Control) + size);
+  if (!ok) {
+    std::fprintf(stderr, "shmdist-floor: crosscopy %s: a copy failed or read stale bytes%s\n",
+                 cma ? "process_vm_readv" : "memcpy",
+                 cma ? " (is ptrace_scope above 1, or the call forbidden?)" : "");
+    return {0.0};
+  }
+  return gbps;
+}
+
 // ---- output ---------------------------------------------------------------------------------
 
 void print_probe(const std::string& name, std::vector<double> values, const char* unit) {
@@ -188,8 +282,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--iterations", s.round_trips, "cacheline probe: round trips per run")
       ->check(CLI::Range(1L, 1'000'000'000L));
-  app.add_option("--only", s.only, "probes to run: cacheline samecore futex memcpy")
-      ->check(CLI::IsMember({"cacheline", "samecore", "futex", "memcpy"}))
+  app.add_option("--only", s.only,
+                 "probes to run: cacheline samecore futex memcpy (default: these), crosscopy")
+      ->check(CLI::IsMember({"cacheline", "samecore", "futex", "memcpy", "crosscopy"}))
       ->delimiter(',');
   app.add_option("--cpus", s.cpus, "the two CPUs for the cross-core probes (default: first two "
                                    "allowed)")
@@ -235,6 +330,18 @@ int main(int argc, char** argv) {
         {std::size_t{4} << 20, "memcpy_4MiB"}};
     for (const auto& [size, name] : sizes)
       print_probe(name, copy_bandwidth(size, s.memcpy_bytes, s.runs), "GB/s");
+  }
+  if (std::find(s.only.begin(), s.only.end(), "crosscopy") != s.only.end()) {
+    const std::pair<std::size_t, const char*> sizes[] = {
+        {std::size_t{64} << 10, "64KiB"}, {std::size_t{1} << 20, "1MiB"}, {std::size_t{4} << 20, "4MiB"}};
+    for (const auto& [size, name] : sizes) {
+      // About 0.2 GB written and read per run (a tenth with --quick), at least 20 hand-overs.
+      const long rounds = std::max(20L, static_cast<long>((quick ? 2e7 : 2e8) / double(size)));
+      const int runs = std::max(3, s.runs);
+      if (!two_cpus) std::printf("# crosscopy: one CPU allowed, both sides on it\n");
+      print_probe(std::string("crosscopy_memcpy_") + name, cross_copy(a, b, size, false, runs, rounds), "GB/s");
+      print_probe(std::string("crosscopy_cma_") + name, cross_copy(a, b, size, true, runs, rounds), "GB/s");
+    }
   }
   return 0;
 }

@@ -19,7 +19,7 @@ namespace shmdist::transport {
 SingleCopy::Step ShmTransport::advance_offer(int dst, OutboundMessage& msg) {
   const bool posting = !msg.started;
   if (posting && single_copy_.threshold(dst) != 0) {  // 0: a failed receiver, see advance()
-    const std::uint64_t records = msg.env.nbytes / chunk_ + 1;
+    const std::uint64_t records = msg.env.nbytes / stream_ + 1;
     const std::uint64_t need = msg.env.nbytes + records * 2 * ring::kRecordAlign;
     if (need < segment_->ring_size() && producers_[dst].writable(need) >= need)
       return SingleCopy::Step::Stream;

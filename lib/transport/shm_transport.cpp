@@ -19,6 +19,15 @@ using segment::RankState;
 namespace {
 // A record below this size is not worth writing while more bytes are due: wait for space.
 constexpr std::size_t kMinUsefulRecord = 4096;
+// A message larger than this goes through the ring in records of at most this many bytes
+// (header included), so that the receiver copies one record out while the sender copies the
+// next one in: a 64 KiB message's two copies overlap by half instead of following each other.
+// Smaller records wait less for the first one but cost more per record (a stamp and a tail
+// that cross cores, a header, a release). On the 2-vCPU VM (2026-12-05, medians of 5 rounds
+// against 64 KiB records) 32 KiB records made a 64 KiB ping-pong 1.18x faster and cost 0-5% at
+// 1 MiB and in `bw` at 64 KiB; 16 KiB ones made a 1 MiB ping-pong 1.28x slower and `bw` at
+// 64 KiB 1.2x slower, 8 KiB ones the 1 MiB ping-pong 3x slower (bench/README.md, issue 29).
+constexpr std::size_t kStreamRecord = 32 << 10;
 // Records taken from one ring per poll before moving on (fairness between sources).
 constexpr int kRecordsPerRingPerPoll = 32;
 // Hinted polls that found a ring empty before its hint is cleared. Clearing costs a heavy
@@ -62,6 +71,7 @@ ShmTransport::ShmTransport(std::shared_ptr<segment::Segment> segment, int rank, 
     if (peer != rank_) peers_.push_back(peer);
   const std::uint64_t ring_size = segment_->ring_size();
   chunk_ = static_cast<std::size_t>(std::min<std::uint64_t>(ring_size / 8, 64 << 10));
+  stream_ = std::min(chunk_, kStreamRecord);
   check_fresh_rings();
   for (int peer = 0; peer < world_; ++peer) {
     if (peer == rank_) continue;
@@ -346,7 +356,7 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
   // The common case first: the whole message fits in one record, and there is room now.
   if (!msg.started) {
     const std::size_t total = sizeof(MessageHeader) + msg.env.nbytes;
-    if (total <= chunk_ && producer.writable(total) >= total) {
+    if (total <= stream_ && producer.writable(total) >= total) {
       const MessageHeader header = encode_header(msg.env);
       producer.publish_with_header<sizeof header>(ring::RecordKind::Start, &header,
                                                   {msg.next, msg.env.nbytes});
@@ -357,12 +367,15 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
       return true;
     }
   }
+  // Larger messages stream in records of at most stream_ bytes; the receiver is told after
+  // the first one (a sleeping receiver wakes while we copy the rest, and copies behind us).
   bool moved = false;
+  bool told = false;
   while (!msg.done()) {
     const std::uint64_t remaining = msg.env.nbytes - msg.sent;
     const std::size_t prefix = msg.started ? 0 : sizeof(MessageHeader);
     const std::size_t want = prefix + static_cast<std::size_t>(std::min<std::uint64_t>(
-                                          remaining, chunk_ - prefix));
+                                          remaining, stream_ - prefix));
     const std::size_t room = producer.writable(want);
     if (room < std::min(want, kMinUsefulRecord)) break;
     const std::size_t n = std::min(room, want) - prefix;
@@ -377,9 +390,15 @@ bool ShmTransport::send_some(int dst, OutboundMessage& msg) {
     }
     msg.sent += n;
     msg.next += n;
+    if (!moved && !msg.done()) {
+      notify_receiver(dst);
+      told = true;
+    } else {
+      told = false;
+    }
     moved = true;
   }
-  if (moved) notify_receiver(dst);
+  if (moved && !told) notify_receiver(dst);
   return moved;
 }
 

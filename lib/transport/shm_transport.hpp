@@ -46,6 +46,9 @@ class ShmTransport final : public Transport {
   bool inbound_in_progress(int src) const override { return inbound_[src].in_message; }
   bool inbound_pending(int src) const override { return consumers_[src].peek() != nullptr; }
 
+  // The largest record of a message that streams in several (tests check the ring's records).
+  std::size_t stream_record() const { return stream_; }
+
   // This rank's doorbell and its view of peers (shared with the engine: make_shm_link).
   const std::shared_ptr<ShmWaker>& waker() const { return waker_; }
   const std::shared_ptr<ShmPeers>& peers() const { return peers_health_; }
@@ -89,7 +92,8 @@ class ShmTransport final : public Transport {
   std::vector<Inbound> inbound_;               // by source
   std::vector<int> peers_;  // every rank but this one
   std::vector<int> dirty_sources_;
-  std::size_t chunk_;                          // largest payload per record
+  std::size_t chunk_;   // largest record (header included) of a message sent in one record
+  std::size_t stream_;  // largest record of a message streamed in several (<= chunk_)
   int cursor_ = 0;                             // where the next hinted scan starts
   SingleCopy single_copy_;
 };
