@@ -17,7 +17,6 @@ import secrets
 import threading
 import time
 import weakref
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -57,8 +56,6 @@ class _Probe:
     """The store side of one probe: waits for the other ranks' entries, and tells them when
     this rank finds the job cannot form, so that every rank fails at once with the cause
     instead of waiting out the timeout for a rank that gave up."""
-
-    _SLICE = timedelta(milliseconds=100)
 
     # After this long waiting for ranks (or half the timeout, if shorter), a rank says once
     # (stderr) which have not come yet.
@@ -111,43 +108,46 @@ class _Probe:
         return "ranks " + str(ranks) + " (global ranks " + \
             str([self.global_ranks[r] for r in ranks]) + ")"
 
-    def get(self, key, what, stage):
-        """The value of `key` once some rank set it; raises SetupError when another rank
-        reported a failure, or at the timeout, naming every rank that has not done `stage`
-        (`what` says what it is)."""
+    def get(self, r, what, stage):
+        """The value rank r set for `stage` (key <prefix><stage>/<r>) once it has; raises
+        SetupError when another rank reported a failure, or at the timeout, naming every rank
+        that has not done `stage` (`what` says what it is).
+
+        It polls rank r's counter (Probe.here, after its set) with add(key, 0), which never
+        blocks, rather than waiting on the key with store.wait in short slices: torch 1.13's
+        TCPStore times such a wait out on the client's socket, and the server's late answer is
+        then read as the answer to the next request, so the probe read wrong values and waited
+        out the whole timeout (a rank of a job that could form failed about 1 run in 4)."""
+        delay = 0.001
         while True:
             if self.store.add(self.failed_key, 0) > 0:
                 error = self.store.get(self.error_key).decode()
                 self.store.add(self.acks_key, 1)  # after reading: the failing rank may leave
                 raise _C.SetupError(error + " (reported to " + self.me + " through the store)")
-            began = time.monotonic()
-            try:
-                self.store.wait([key], self._SLICE)
-                return self.store.get(key).decode()
-            except RuntimeError as e:
-                if time.monotonic() - began < self._SLICE.total_seconds() / 2:
-                    raise  # not the slice's timeout: the store itself failed
-                now = time.monotonic()
-                if now >= self.deadline:
-                    missing = self.missing(stage)
-                    here = [r for r in range(self.size) if r not in missing]
-                    self.fail(self.me + ": " + self._who(missing) + " of the " +
-                              str(self.size) + " did not " + what + " within the timeout of " +
-                              str(self.timeout) + " (" + self._who(here) + " did): they never "
-                              "reached the creation of backend \"shm\"; check that every "
-                              "host's ranks (or agent) started, with the same world size (" +
-                              str(self.size) + "), and did not fail before init_process_group "
-                              "(the store says: " + str(e).splitlines()[0] + ")")
-                if not self.said and now - self.began >= min(
-                        self._SAY_AFTER, self.timeout.total_seconds() / 2):
-                    self.said = True
-                    missing = self.missing(stage)
-                    import sys
-                    sys.stderr.write(
-                        "shmdist: " + self.me + " has waited " + str(int(now - self.began)) +
-                        " s in the creation of backend \"shm\" for " + self._who(missing) +
-                        " of the " + str(self.size) + " to " + what + "; it waits up to the "
-                        "timeout (" + str(self.timeout) + "). Are all hosts' ranks started?\n")
+            if self.store.add(self.prefix + stage + "/here/" + str(r), 0) > 0:
+                return self.store.get(self.prefix + stage + "/" + str(r)).decode()
+            now = time.monotonic()
+            if now >= self.deadline:
+                missing = self.missing(stage)
+                here = [q for q in range(self.size) if q not in missing]
+                self.fail(self.me + ": " + self._who(missing) + " of the " + str(self.size) +
+                          " did not " + what + " within the timeout of " + str(self.timeout) +
+                          " (" + self._who(here) + " did): they never reached the creation "
+                          "of backend \"shm\"; check that every host's ranks (or agent) "
+                          "started, with the same world size (" + str(self.size) + "), and "
+                          "did not fail before init_process_group")
+            if not self.said and now - self.began >= min(
+                    self._SAY_AFTER, self.timeout.total_seconds() / 2):
+                self.said = True
+                missing = self.missing(stage)
+                import sys
+                sys.stderr.write(
+                    "shmdist: " + self.me + " has waited " + str(int(now - self.began)) +
+                    " s in the creation of backend \"shm\" for " + self._who(missing) +
+                    " of the " + str(self.size) + " to " + what + "; it waits up to the "
+                    "timeout (" + str(self.timeout) + "). Are all hosts' ranks started?\n")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)  # a rank late by seconds costs 20 requests a second
 
 
 def find_hosts(store, rank, size, timeout, global_ranks):
@@ -171,7 +171,7 @@ def find_hosts(store, rank, size, timeout, global_ranks):
         probe.here("probe")
         mates = []
         for r in range(size):
-            text = probe.get(prefix + "probe/" + str(r), "publish their host probe", "probe")
+            text = probe.get(r, "publish their host probe", "probe")
             fields = text.split(" ")
             if len(fields) != 3 or not fields[1].startswith("shmdist-") or "/" in fields[1]:
                 probe.fail("the store's host probe of rank " + str(r) + " is '" + text +
@@ -187,8 +187,7 @@ def find_hosts(store, rank, size, timeout, global_ranks):
         probe.here("host")
         # Every rank has looked at every probe once all have published what they saw.
         rows = {r: tuple(int(x) for x in probe.get(
-                    prefix + "host/" + str(r), "report which host probes they could read",
-                    "host").split(","))
+                    r, "report which host probes they could read", "host").split(","))
                 for r in range(size)}
     finally:
         _unlink(path)

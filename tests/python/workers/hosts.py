@@ -350,12 +350,12 @@ def monitored_barrier_passes():
 
 
 def any_source_blocking():
-    """Rank 0 receives with src=None the three messages each of rank 1 (its host) and ranks
+    """Rank 0 receives with src=None the 20 messages each of rank 1 (its host) and ranks
     2 and 3 (the other host), sent at once: each exactly once, each source's in the order
     sent, the returned source the sender's; then a named receive from rank 2 while the
     mailbox may still hold a receive posted on the other transport (tag 0 again; rank 2 sends
     it once rank 0 is done with the others)."""
-    n = 3
+    n = 20
     if rank == 0:
         seen = {1: [], 2: [], 3: []}
         for _ in range(3 * n):
