@@ -295,3 +295,32 @@ def test_a_collective_mismatch_inside_a_host_names_global_ranks():
         assert "src=0" not in caught[0] and "src=1" not in caught[0], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("order", ["2,1", "1,2"])
+def test_named_recv_after_any_source_takes_another_size(order):
+    """Review 5: recv(src=None) of 4 elements served over one transport, then recv(src=X) of
+    8 elements from a rank on the other transport: it gets X's 8 elements, as on one host
+    (the mailbox's receive posted on X's transport for the any-source one, sized 4, must not
+    take or break X's message)."""
+    reports = run_hosts([[0, 1], [2, 3]], "any_source_then_other_size", args=[order],
+                        timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "20"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert "RECEIVED rank=0" in ranks[0]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_stale_any_source_receive_does_not_fail_a_later_recv():
+    """Review 5: the gloo receive the mailbox posted for a recv(src=None) that rank 1 (same
+    host) served stays pending; once it reaches gloo's timeout, a later named recv from rank
+    1 must still get rank 1's message (not raise the stale receive's timeout, nor leave its
+    own claim behind to swallow the message)."""
+    reports = run_hosts([[0, 1], [2, 3]], "stale_any_source_times_out", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "6"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert "RECEIVED rank=0" in ranks[0]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -120,6 +120,64 @@ if mode == "mismatch":
     time.sleep(2)
     os._exit(0)
 
+if mode == "any_source_then_other_size":
+    # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
+    # rank, then a named receive of 8 elements from its second (the other transport's
+    # speculative receive, posted for the any-source one, is still pending). On one host
+    # (gloo or "shm") the named receive gets the 8 elements. Rank 0 prints what it caught.
+    first, second = (int(r) for r in sys.argv[2].split(","))
+    dist.barrier()
+    if rank == 0:
+        try:
+            t = torch.zeros(4)
+            src = dist.recv(t)
+            dist.send(torch.zeros(1), second, tag=1)  # the second sender's go
+            u = torch.zeros(8)
+            dist.recv(u, second)
+            if src == first and torch.equal(t, torch.full((4,), 1.0)) and \
+                    torch.equal(u, torch.full((8,), 2.0)):
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL any_source_then_other_size rank={rank}: got {src} {t} {u}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == first:
+        dist.send(torch.full((4,), 1.0), 0)
+    elif rank == second:
+        dist.recv(torch.zeros(1), 0, tag=1)
+        dist.send(torch.full((8,), 2.0), 0)
+    time.sleep(3)
+    os._exit(0)
+
+if mode == "stale_any_source_times_out":
+    # Review 5: rank 0's recv(src=None) is served by rank 1 (its host); the receive the
+    # mailbox posted over gloo for it stays pending past the group's timeout; then a named
+    # receive from rank 1 (sent after the timeout) must still get its message.
+    dist.barrier()
+    limit = float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"])
+    if rank == 0:
+        t = torch.zeros(4)
+        dist.recv(t)
+        time.sleep(limit + 3)
+        dist.send(torch.zeros(1), 1, tag=1)
+        try:
+            u = torch.zeros(4)
+            dist.recv(u, 1)
+            if torch.equal(u, torch.full((4,), 2.0)):
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL stale_any_source_times_out rank={rank}: got {u}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == 1:
+        dist.send(torch.full((4,), 1.0), 0)
+        dist.recv(torch.zeros(1), 0, tag=1)
+        dist.send(torch.full((4,), 2.0), 0)
+    else:
+        time.sleep(limit + 3)
+    time.sleep(3)
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
