@@ -159,20 +159,25 @@ if mode == "stale_any_source_times_out":
         t = torch.zeros(4)
         dist.recv(t)
         time.sleep(limit + 3)
-        dist.send(torch.zeros(1), 1, tag=1)
         try:
             u = torch.zeros(4)
             dist.recv(u, 1)
-            if torch.equal(u, torch.full((4,), 2.0)):
+            v = torch.zeros(4)
+            src = dist.recv(v)  # the leftover gloo receive, waited past its timeout, takes it
+            if torch.equal(u, torch.full((4,), 2.0)) and src == 2 and \
+                    torch.equal(v, torch.full((4,), 3.0)):
                 say(f"RECEIVED rank={rank}")
             else:
-                say(f"FAIL stale_any_source_times_out rank={rank}: got {u}")
+                say(f"FAIL stale_any_source_times_out rank={rank}: got {u} {src} {v}")
         except Exception as e:  # noqa: BLE001 - the test reads what was raised
             say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
     elif rank == 1:
         dist.send(torch.full((4,), 1.0), 0)
-        dist.recv(torch.zeros(1), 0, tag=1)
+        time.sleep(limit + 3)
         dist.send(torch.full((4,), 2.0), 0)
+    elif rank == 2:
+        time.sleep(limit + 4)
+        dist.send(torch.full((4,), 3.0), 0)
     else:
         time.sleep(limit + 3)
     time.sleep(3)
