@@ -1034,10 +1034,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
     # posted. Collectives in between run as they do outside (they complete before they return).
 
     def _start_coalescing(self, device=None):
-        if self._coalesced is not None:
-            raise _C.InvalidArgument("shm backend: _start_coalescing while coalescing already "
-                                     "(global rank " + str(self.global_ranks[self.rank()]) +
-                                     "); end the first with _end_coalescing")
+        # A start while coalescing begins afresh, as NCCL's startCoalescing does: torch's
+        # _coalescing_manager calls _end_coalescing only after a body that returned, so one
+        # whose body raised leaves the group coalescing (its Works were returned to their
+        # callers; nobody waits for the abandoned list).
         self._coalesced = []
 
     def _end_coalescing(self, device=None):

@@ -183,6 +183,32 @@ if mode == "stale_any_source_times_out":
     time.sleep(3)
     os._exit(0)
 
+if mode == "coalescing_abandoned":
+    # Review 5 (torch 2): a _coalescing_manager whose body raised (user code) never calls
+    # _end_coalescing (torch has no finally there); the next manager must still work, as
+    # with NCCL. Each rank exchanges with its partner on the other host; prints the outcome.
+    peer = {0: 2, 2: 0, 1: 3, 3: 1}[rank]
+    dist.barrier()
+    try:
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True):
+            raise ValueError("user code failed inside the manager")
+    except ValueError:
+        pass
+    try:
+        t = torch.zeros(2)
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+            dist.isend(torch.full((2,), float(rank)), peer)
+            dist.irecv(t, peer)
+        cm.wait()
+        if torch.equal(t, torch.full((2,), float(peer))):
+            say(f"COALESCED rank={rank}")
+        else:
+            say(f"FAIL coalescing_abandoned rank={rank}: got {t}")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    time.sleep(3)
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
