@@ -209,6 +209,39 @@ if mode == "coalescing_abandoned":
     time.sleep(3)
     os._exit(0)
 
+if mode == "any_source_behind_named":
+    # Review 5: rank 0 posts irecv(src=None), irecv(src=2), irecv(src=None) (tag 7). Rank 2's
+    # first message serves the first; rank 3 (rank 2's host) then sends one, which the third
+    # (any source) must get, as with MPI or gloo; only after that does rank 2 send its
+    # second, for the named receive. Rank 0 prints what it got or caught.
+    dist.barrier()
+    if rank == 0:
+        got = [torch.zeros(2) for _ in range(3)]
+        works = [dist.irecv(got[0], tag=7), dist.irecv(got[1], 2, tag=7),
+                 dist.irecv(got[2], tag=7)]
+        try:
+            works[0].wait()
+            dist.send(torch.zeros(1), 3, tag=8)  # rank 3's go
+            works[2].wait()
+            dist.send(torch.zeros(1), 2, tag=8)  # rank 2's go for its second
+            works[1].wait()
+            values_got = [t[0].item() for t in got]
+            if values_got == [1.0, 2.0, 3.0]:
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL any_source_behind_named rank={rank}: got {values_got}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == 2:
+        dist.send(torch.full((2,), 1.0), 0, tag=7)
+        dist.recv(torch.zeros(1), 0, tag=8)
+        dist.send(torch.full((2,), 2.0), 0, tag=7)
+    elif rank == 3:
+        dist.recv(torch.zeros(1), 0, tag=8)
+        dist.send(torch.full((2,), 3.0), 0, tag=7)
+    time.sleep(3)
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
