@@ -421,16 +421,24 @@ class _Posted:
     completes only in wait() (its is_completed stays False until then), so a thread waits for
     it; "shm"'s is polled."""
 
-    def __init__(self, work, buffer, remote, to_group):
+    def __init__(self, work, buffer, remote, to_group, claim):
         self.work, self.buffer, self.remote, self.to_group = work, buffer, remote, to_group
+        self.claim = claim  # the claim it was posted for (another may take its message)
         self.arrived = threading.Event()
         self.error = None
         if remote:
             threading.Thread(target=self._wait, daemon=True, name="shmdist-hosts-recv").start()
 
+    # gloo's wait() ends at the group's timeout, and then gloo breaks the whole context
+    # (tcp's waitRecv calls signalException: every later gloo call of this rank fails with
+    # "Connection closed"). A receive the mailbox left posted (for an any-source claim the
+    # other transport served) may rightly wait longer than that for a later claim, whose own
+    # wait enforces the group's timeout (_Mailbox.wait); so this thread waits without one.
+    _FOREVER = timedelta(days=3650)
+
     def _wait(self):
         try:
-            self.work.wait()
+            self.work.wait(self._FOREVER)
         except Exception as e:  # noqa: BLE001 - handed to the receive that looks
             self.error = e
         self.arrived.set()
@@ -505,11 +513,11 @@ class _Mailbox:
             if remote:
                 work = (g.gloo.recv_anysource([buffer], self.tag) if c.src is None else
                         g.gloo.recv([buffer], c.src, self.tag))
-                self.posted[remote] = _Posted(work, buffer, True, lambda r: r)
+                self.posted[remote] = _Posted(work, buffer, True, lambda r: r, c)
             else:
                 work = (g.local.recv_anysource([buffer], self.tag) if c.src is None else
                         g.local.recv([buffer], g._local_rank[c.src], self.tag))
-                self.posted[remote] = _Posted(work, buffer, False, lambda r: host[r])
+                self.posted[remote] = _Posted(work, buffer, False, lambda r: host[r], c)
 
     def _step(self):
         """Collects what completed, hands arrived messages to claims, posts what the oldest
@@ -520,7 +528,21 @@ class _Mailbox:
             p = self.posted[remote]
             if p is not None and p.ready():
                 self.posted[remote] = None
-                self.arrived.append((p.source(), p.buffer))
+                try:
+                    src = p.source()
+                except _C.InvalidArgument as e:
+                    # "shm" refused the message for the buffer's size (or dtype) and left it
+                    # queued. If the claim the receive was posted for is still the oldest it
+                    # can serve, the message is that claim's, and so is the error (as a recv
+                    # on one host); else that claim was served over gloo meanwhile, and the
+                    # receive is posted again, below, sized for the claim now oldest.
+                    if remote:
+                        raise
+                    if p.claim in self.claims:
+                        self.claims.remove(p.claim)
+                        p.claim.error, p.claim.done = e, True
+                    continue
+                self.arrived.append((src, p.buffer))
         kept = []
         for src, buffer in self.arrived:
             c = next((c for c in self.claims if c.src is None or c.src == src), None)
@@ -1026,10 +1048,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
     # posted. Collectives in between run as they do outside (they complete before they return).
 
     def _start_coalescing(self, device=None):
-        if self._coalesced is not None:
-            raise _C.InvalidArgument("shm backend: _start_coalescing while coalescing already "
-                                     "(global rank " + str(self.global_ranks[self.rank()]) +
-                                     "); end the first with _end_coalescing")
+        # A start while coalescing begins afresh, as NCCL's startCoalescing does: torch's
+        # _coalescing_manager calls _end_coalescing only after a body that returned, so one
+        # whose body raised leaves the group coalescing (its Works were returned to their
+        # callers; nobody waits for the abandoned list).
         self._coalesced = []
 
     def _end_coalescing(self, device=None):

@@ -120,6 +120,128 @@ if mode == "mismatch":
     time.sleep(2)
     os._exit(0)
 
+if mode == "any_source_then_other_size":
+    # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
+    # rank, then a named receive of 8 elements from its second (the other transport's
+    # speculative receive, posted for the any-source one, is still pending). On one host
+    # (gloo or "shm") the named receive gets the 8 elements. Rank 0 prints what it caught.
+    first, second = (int(r) for r in sys.argv[2].split(","))
+    dist.barrier()
+    if rank == 0:
+        try:
+            t = torch.zeros(4)
+            src = dist.recv(t)
+            dist.send(torch.zeros(1), second, tag=1)  # the second sender's go
+            u = torch.zeros(8)
+            dist.recv(u, second)
+            if src == first and torch.equal(t, torch.full((4,), 1.0)) and \
+                    torch.equal(u, torch.full((8,), 2.0)):
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL any_source_then_other_size rank={rank}: got {src} {t} {u}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == first:
+        dist.send(torch.full((4,), 1.0), 0)
+    elif rank == second:
+        dist.recv(torch.zeros(1), 0, tag=1)
+        dist.send(torch.full((8,), 2.0), 0)
+    time.sleep(3)
+    os._exit(0)
+
+if mode == "stale_any_source_times_out":
+    # Review 5: rank 0's recv(src=None) is served by rank 1 (its host); the receive the
+    # mailbox posted over gloo for it stays pending past the group's timeout; then a named
+    # receive from rank 1 (sent after the timeout) must still get its message.
+    dist.barrier()
+    limit = float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"])
+    if rank == 0:
+        t = torch.zeros(4)
+        dist.recv(t)
+        time.sleep(limit + 3)
+        try:
+            u = torch.zeros(4)
+            dist.recv(u, 1)
+            v = torch.zeros(4)
+            src = dist.recv(v)  # the leftover gloo receive, waited past its timeout, takes it
+            if torch.equal(u, torch.full((4,), 2.0)) and src == 2 and \
+                    torch.equal(v, torch.full((4,), 3.0)):
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL stale_any_source_times_out rank={rank}: got {u} {src} {v}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == 1:
+        dist.send(torch.full((4,), 1.0), 0)
+        time.sleep(limit + 3)
+        dist.send(torch.full((4,), 2.0), 0)
+    elif rank == 2:
+        time.sleep(limit + 4)
+        dist.send(torch.full((4,), 3.0), 0)
+    else:
+        time.sleep(limit + 3)
+    time.sleep(3)
+    os._exit(0)
+
+if mode == "coalescing_abandoned":
+    # Review 5 (torch 2): a _coalescing_manager whose body raised (user code) never calls
+    # _end_coalescing (torch has no finally there); the next manager must still work, as
+    # with NCCL. Each rank exchanges with its partner on the other host; prints the outcome.
+    peer = {0: 2, 2: 0, 1: 3, 3: 1}[rank]
+    dist.barrier()
+    try:
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True):
+            raise ValueError("user code failed inside the manager")
+    except ValueError:
+        pass
+    try:
+        t = torch.zeros(2)
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+            dist.isend(torch.full((2,), float(rank)), peer)
+            dist.irecv(t, peer)
+        cm.wait()
+        if torch.equal(t, torch.full((2,), float(peer))):
+            say(f"COALESCED rank={rank}")
+        else:
+            say(f"FAIL coalescing_abandoned rank={rank}: got {t}")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    time.sleep(3)
+    os._exit(0)
+
+if mode == "any_source_behind_named":
+    # Review 5: rank 0 posts irecv(src=None), irecv(src=2), irecv(src=None) (tag 7). Rank 2's
+    # first message serves the first; rank 3 (rank 2's host) then sends one, which the third
+    # (any source) must get, as with MPI or gloo; only after that does rank 2 send its
+    # second, for the named receive. Rank 0 prints what it got or caught.
+    dist.barrier()
+    if rank == 0:
+        got = [torch.zeros(2) for _ in range(3)]
+        works = [dist.irecv(got[0], tag=7), dist.irecv(got[1], 2, tag=7),
+                 dist.irecv(got[2], tag=7)]
+        try:
+            works[0].wait()
+            dist.send(torch.zeros(1), 3, tag=8)  # rank 3's go
+            works[2].wait()
+            dist.send(torch.zeros(1), 2, tag=8)  # rank 2's go for its second
+            works[1].wait()
+            values_got = [t[0].item() for t in got]
+            if values_got == [1.0, 2.0, 3.0]:
+                say(f"RECEIVED rank={rank}")
+            else:
+                say(f"FAIL any_source_behind_named rank={rank}: got {values_got}")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    elif rank == 2:
+        dist.send(torch.full((2,), 1.0), 0, tag=7)
+        dist.recv(torch.zeros(1), 0, tag=8)
+        dist.send(torch.full((2,), 2.0), 0, tag=7)
+    elif rank == 3:
+        dist.recv(torch.zeros(1), 0, tag=8)
+        dist.send(torch.full((2,), 3.0), 0, tag=7)
+    time.sleep(3)
+    os._exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
