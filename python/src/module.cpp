@@ -133,6 +133,43 @@ bool check_world_peers(const std::string& waiting_for) {
   return true;
 }
 
+// shmdist.torch.inference_all_reduce (shmdist/torch.py resolves group=None to the default
+// group): the group's ProcessGroupShm, then its all_reduce_in_place with the GIL released.
+// Everything but the wait runs with the GIL held; the refusals of the group itself too
+// (they ask Python for this process's global rank).
+void inference_all_reduce(const py::object& group, const at::Tensor& tensor,
+                          const c10d::ReduceOp& op) {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  try {
+    pg = group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>();
+  } catch (const py::cast_error&) {
+    const py::object dist = py::module_::import("torch.distributed");
+    // A rank outside the group: nothing to do, as dist.all_reduce does.
+    if (group.is(dist.attr("GroupMember").attr("NON_GROUP_MEMBER"))) return;
+    throw InvalidArgument(c10::str(
+        "shmdist.torch.inference_all_reduce on rank ", py::cast<int>(dist.attr("get_rank")()),
+        ": expected a torch.distributed process group of backend 'shm' (or None: the "
+        "default group), found ", py::cast<std::string>(py::repr(group))));
+  }
+  c10::intrusive_ptr<BackendBase> backend;
+  try {
+    backend = cpu_backend_of(pg);
+  } catch (const c10::Error&) {  // torch 2.x: a group with no CPU backend
+  }
+  auto* shm = dynamic_cast<ProcessGroupShm*>(backend.get());
+  if (shm == nullptr) {
+    const py::object dist = py::module_::import("torch.distributed");
+    throw InvalidArgument(c10::str(
+        "shmdist.torch.inference_all_reduce on rank ", py::cast<int>(dist.attr("get_rank")()),
+        ": expected a group of backend 'shm' on one host, found a group of backend '",
+        pg->getBackendName(), "'", backend ? "" : " with no CPU backend",
+        "; use dist.all_reduce on it (also for 'shm' groups across hosts, and under "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL, which wraps every backend)"));
+  }
+  py::gil_scoped_release release;  // while the collective waits for the other members
+  shm->all_reduce_in_place(tensor, op);
+}
+
 }  // namespace
 }  // namespace shmdist::torch_backend
 
@@ -169,6 +206,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cxx_loop", &torch_backend::cxx_loop, py::arg("group"), py::arg("path"),
         py::arg("pattern"), py::arg("tensor"), py::arg("peer"), py::arg("iterations"),
         py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>());
+  // shmdist.torch.inference_all_reduce's C++ part (the GIL released while it waits).
+  m.def("_inference_all_reduce", &torch_backend::inference_all_reduce, py::arg("group"),
+        py::arg("tensor"), py::arg("op"));
   m.def("_callgrind", &torch_backend::callgrind, py::arg("what"));
   m.def("_check_world_peers", &torch_backend::check_world_peers, py::arg("waiting_for"),
         py::call_guard<py::gil_scoped_release>(),
