@@ -142,13 +142,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
 
 namespace {
 
-// What keeps `t` from being used in place by inference_all_reduce (empty: nothing).
+// What kept bind() from using `t` in place (it made a staging copy).
 std::string not_in_place(const at::Tensor& t) {
   if (!t.is_contiguous())
     return c10::str("a non-contiguous tensor (sizes ", t.sizes(), ", strides ", t.strides(), ")");
   if (t.is_conj()) return "a conjugate view (resolve it first: t.resolve_conj())";
   if (t.is_neg()) return "a negative view (resolve it first: t.resolve_neg())";
-  return {};
+  return "a tensor that cannot be used in place";
 }
 
 }  // namespace
@@ -161,11 +161,12 @@ void ProcessGroupShm::all_reduce_in_place(const at::Tensor& tensor,
   std::string why;
   try {  // dist.all_reduce's checks (bind, to_shmdist), then in place or refused
     b = bind(tensor, kOp);
-    const std::string found = b.staging.defined() ? not_in_place(tensor) : std::string();
-    refuse_unless(found.empty(), "shm backend: ", kOp, " reduces the tensor in place and "
-                  "expects a contiguous tensor, found ", found, "; pass a contiguous tensor "
-                  "(t.contiguous(), then use that tensor), or use dist.all_reduce, which "
-                  "reduces a copy and writes it back");
+    if (b.staging.defined())  // a copy would be reduced, and never written back here
+      throw InvalidArgument(c10::str(
+          "shm backend: ", kOp, " reduces the tensor in place and expects a contiguous "
+          "tensor, found ", not_in_place(tensor), "; pass a contiguous tensor (t.contiguous(), "
+          "then use that tensor), or use dist.all_reduce, which reduces a copy and writes it "
+          "back"));
     op = to_shmdist(reduce_op, b.is_complex);
   } catch (const InvalidArgument& e) {
     why = e.what();
