@@ -18,7 +18,7 @@ import torch.distributed as dist
 import shmdist
 import shmdist.torch
 from shmdist.torch import inference_all_reduce
-from common import expect, expect_equal, expect_raises, finish, init, run_checks, say
+from common import TORCH2, expect, expect_equal, expect_raises, finish, init, run_checks, say
 
 init()
 me = dist.get_rank()
@@ -111,6 +111,13 @@ def refusals():
     e = expect_raises("expected a torch.distributed process group", lambda: inference_all_reduce(
         torch.ones(2), group="world"))
     expect(isinstance(e, shmdist.InvalidArgument) and f"on rank {me}" in str(e), str(e))
+    e = expect_raises("expected a torch.distributed.ReduceOp", lambda: inference_all_reduce(
+        torch.ones(2), op="sum"))
+    expect(isinstance(e, shmdist.InvalidArgument) and f"on rank {me}" in str(e), str(e))
+    # A ReduceOp object (torch 2.x: not only its RedOpType values) is taken too.
+    v = torch.full((2,), float(me + 1))
+    inference_all_reduce(v, op=dist.ReduceOp(dist.ReduceOp.MAX) if TORCH2 else dist.ReduceOp.MAX)
+    expect_equal(v, torch.full((2,), 2.0), "op given as a ReduceOp object")
     w = torch.full((2,), float(me + 1))
     inference_all_reduce(w)  # usable after the refusals
     expect_equal(w, torch.full((2,), 3.0), "after the refusals")
