@@ -1,4 +1,5 @@
-"""bench/compare's "deepspeed" section (issue 29): torch all_reduce over backend "shm" against
+"""bench/compare's "deepspeed" section (issue 29): torch all_reduce over backend "shm" (as
+dist.all_reduce, "shm", and as shmdist.torch.inference_all_reduce, "shm-direct") against
 DeepSpeed's inference_all_reduce (its own shared-memory all_reduce, what CPU tensor-parallel
 inference uses) and gloo, through bench/torch/allreduce_peers.py: the same torch loop, float32
 and bfloat16, 4 KiB to 16 MiB, time per call. Configurations: 2 ranks bound one per core with
@@ -16,7 +17,7 @@ import os
 from . import runner
 
 SCRIPT = os.path.join(runner.BENCH_DIR, "torch", "allreduce_peers.py")
-BACKENDS = ["shm", "deepspeed", "gloo"]
+BACKENDS = ["shm", "shm-direct", "deepspeed", "gloo"]
 DTYPES = ["float32", "bfloat16"]
 # (ranks, threads): "1" = OMP_NUM_THREADS=1, bound one per core when ranks <= CPUs;
 # "default" = torch's default intra-op thread count, unbound.
@@ -98,33 +99,36 @@ def run(session, rounds, quick, build_dir, explicit_python, want_deepspeed):
 
 def text(report):
     """The section's tables: per configuration, each dtype and size with every backend's time
-    and the peers' time over shm's (above 1: shm is faster); then default threads over
+    and the others' time over shm's (above 1: shm is faster), and DeepSpeed's over
+    shm-direct's; then default threads over
     OMP_NUM_THREADS=1 for each backend (at most 1: the default costs nothing)."""
     out = []
     have = [b for b in BACKENDS if any(r["test"] == TEST and r["transport"] == b
                                        for r in report.records)]
     if not have:
         return out
-    others = [b for b in have if b != "shm"]
+    ratios = [(b, "shm") for b in have if b != "shm"]
+    if "deepspeed" in have and "shm-direct" in have:
+        ratios.append(("deepspeed", "shm-direct"))
     for ranks, threads in CONFIGS:
         rows = [(d, s) for d in DTYPES for s in report.sizes(TEST, metric(d, threads))
                 if any(r["ranks"] == ranks for r in report.records
                        if r["test"] == TEST and r["metric"] == metric(d, threads))]
         if not rows:
             continue
-        out += ["", "torch all_reduce, %d ranks, %s: us per call (ratio = other / shm: above 1 "
-                "means shm is faster; target against deepspeed at 2 ranks: at least 1.30, "
+        out += ["", "torch all_reduce, %d ranks, %s: us per call (ratio = a / b: above 1 "
+                "means b is faster; target against deepspeed at 2 ranks: at least 1.30, "
                 "at 4 ranks: gloo at least 1)" % (ranks, "OMP_NUM_THREADS=1" if threads == "1"
                                                   else "torch's default thread count"),
                 "%-10s%10s" % ("dtype", "size") + "".join("%12s" % b for b in have) +
-                "".join("%14s" % (o + "/shm") for o in others) + "   state"]
+                "".join("%*s" % (width(a, b), a + "/" + b) for a, b in ratios) + "   state"]
         for dtype, size in rows:
             m = metric(dtype, threads)
             vals = {b: report.value(TEST, b, m, size, ranks) for b in have}
             line = "%-10s%10s" % (dtype, human(size)) + "".join(fmt(vals[b], 12) for b in have)
-            for o in others:
-                ratio = vals[o] / vals["shm"] if vals.get("shm") and vals[o] else None
-                line += fmt(ratio, 14, 2, "x")
+            for a, b in ratios:
+                ratio = vals[a] / vals[b] if vals.get(a) and vals.get(b) else None
+                line += fmt(ratio, width(a, b), 2, "x")
             out.append(line + "   " + report.state(TEST, have, m, size, ranks))
     sizes = sorted({s for d in DTYPES for s in report.sizes(TEST, metric(d, "default"))})
     if sizes:
@@ -141,6 +145,10 @@ def text(report):
                     line += fmt(a / one if a and one else None, 12, 2, "x")
                 out.append(line)
     return out
+
+
+def width(a, b):
+    return max(14, len(a) + len(b) + 3)
 
 
 def human(size):

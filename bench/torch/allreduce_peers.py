@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""torch all_reduce over backend "shm", DeepSpeed's inference_all_reduce and gloo: the same
+"""torch all_reduce over backend "shm" (dist.all_reduce and shmdist.torch.inference_all_reduce),
+DeepSpeed's inference_all_reduce and gloo: the same
 torch loop, one job per backend, float32 and bfloat16, 4 KiB to 16 MiB, time per call.
 
     PYTHONPATH=build/python-torch2.13 .venv-deepspeed/bin/python bench/torch/allreduce_peers.py
-        [--backends shm,deepspeed,gloo] [--ranks 2] [--threads 1|default] [--rounds 1]
+        [--backends shm,shm-direct,deepspeed,gloo] [--ranks 2] [--threads 1|default] [--rounds 1]
         [--dtypes float32,bfloat16] [--min-size 4096] [--max-size 16777216] [--budget 0.3]
         [--iterations N] [--warmup N] [--bind core|none] [--timeout 600] [--skip-missing]
 
@@ -21,6 +22,9 @@ ranks agree on the iteration count through an all_reduce MAX of their estimates 
 backend under test; for DeepSpeed that is its torch group, gloo), outside the timed loop.
 
   shm        dist.all_reduce(t) on backend "shm" (import shmdist.torch)
+  shm-direct shmdist.torch.inference_all_reduce(t) on backend "shm": the same collective
+             without torch.distributed's Python layer and dispatcher (docs/torch.md "Direct
+             all_reduce"), as DeepSpeed's call skips them
   deepspeed  deepspeed.comm.inference_all_reduce(t) after deepspeed.init_distributed("gloo"),
              DS_ACCELERATOR=cpu, LOCAL_SIZE = ranks (DeepSpeed uses its shared-memory kernel
              only when every rank is local, and only where the CPU has AVX2 for float32 and
@@ -33,7 +37,8 @@ so torch takes its default intra-op thread count (printed). With --bind core (th
 and no more ranks than CPUs, rank r runs on CPU r, but only with --threads 1: a rank bound
 to one CPU gets one thread by default, which would hide what the default costs.
 
-Output: '#' comments, then one row per figure: backend dtype size_bytes us_per_call. Exits 3
+Output: '#' comments, then one row per figure: backend dtype size_bytes us_per_call; the
+table's ratios are each other backend's time over shm's, and DeepSpeed's over shm-direct's. Exits 3
 (nothing on stdout) when torch, shmdist.torch or (without --skip-missing) deepspeed cannot
 be imported.
 """
@@ -45,7 +50,7 @@ import subprocess
 import sys
 import time
 
-BACKENDS = ("shm", "deepspeed", "gloo")
+BACKENDS = ("shm", "shm-direct", "deepspeed", "gloo")
 DTYPES = ("float32", "bfloat16")
 LARGE = 65536
 MIN_TIMED = 5
@@ -77,11 +82,11 @@ def worker(args):
         level = getattr(cdb, "shm_vector_kernel_level", 0) if cdb.shm_comm_op else -1
         op = dscomm.inference_all_reduce
     else:
-        if args.backend == "shm":
-            import shmdist.torch  # noqa: F401
-        dist.init_process_group(backend=args.backend)
+        if args.backend.startswith("shm"):
+            import shmdist.torch
+        dist.init_process_group(backend="shm" if args.backend.startswith("shm") else args.backend)
         level = None
-        op = dist.all_reduce
+        op = shmdist.torch.inference_all_reduce if args.backend == "shm-direct" else dist.all_reduce
     me, world = dist.get_rank(), dist.get_world_size()
     if me == 0:
         print(f"# {args.backend}: torch {torch.__version__}, {torch.get_num_threads()} intra-op "
@@ -239,7 +244,8 @@ def importable(module):
 
 
 def driver(args):
-    for module in ["torch", "shmdist.torch"] if "shm" in args.backends else ["torch"]:
+    shm = any(b.startswith("shm") for b in args.backends)
+    for module in ["torch", "shmdist.torch"] if shm else ["torch"]:
         ok, why = importable(module)
         if not ok:
             print(f"allreduce_peers: cannot import {module} with {sys.executable} ({why[0]}); "
@@ -278,25 +284,30 @@ def driver(args):
 
 def table(figures):
     """Side by side: {backend: {(dtype, size): us}} -> one row per dtype and size, with each
-    other backend's time over shm's (above 1: shm is faster)."""
+    other backend's time over shm's (above 1: shm is faster) and DeepSpeed's over
+    shm-direct's."""
     backends = [b for b in BACKENDS if b in figures]
-    others = [b for b in backends if b != "shm"]
+    ratios = [(b, "shm") for b in backends if b != "shm" and "shm" in figures]
+    if "deepspeed" in figures and "shm-direct" in figures:
+        ratios.append(("deepspeed", "shm-direct"))
     keys = sorted({k for f in figures.values() for k in f}, key=lambda k: (k[0] != "float32", k))
     head = f"{'# dtype':<10}{'size':>10}" + "".join(f"{b + ' us':>14}" for b in backends)
-    if "shm" in figures:
-        head += "".join(f"{b + '/shm':>14}" for b in others)
+    head += "".join(f"{a + '/' + b:>{width(a, b)}}" for a, b in ratios)
     lines = [head]
     for dtype, size in keys:
         vals = [figures[b].get((dtype, size)) for b in backends]
         line = f"{dtype:<10}{human(size):>10}" + "".join(
             f"{'-':>14}" if v is None else f"{v:>14.2f}" for v in vals)
-        if "shm" in figures:
-            shm = figures["shm"].get((dtype, size))
-            for b in others:
-                v = figures[b].get((dtype, size))
-                line += f"{'-':>14}" if not v or not shm else f"{v / shm:>13.2f}x"
+        for a, b in ratios:
+            v, base = figures[a].get((dtype, size)), figures[b].get((dtype, size))
+            w = width(a, b)
+            line += f"{'-':>{w}}" if not v or not base else f"{v / base:>{w - 1}.2f}x"
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def width(a, b):
+    return max(14, len(a) + len(b) + 3)
 
 
 def human(size):

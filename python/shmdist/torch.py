@@ -201,6 +201,25 @@ def _watch_peers_in_store_based_barrier():
 
 _watch_peers_in_store_based_barrier()
 
+_default_group = _dist.distributed_c10d._get_default_group
+_inference_all_reduce = _C._inference_all_reduce
+
+
+def inference_all_reduce(tensor, op=_dist.ReduceOp.SUM, group=None):
+    """dist.all_reduce(tensor, op, group) on a "shm" group, without torch.distributed's Python
+    layer: reduces `tensor` in place on every member and returns it (as DeepSpeed's
+    inference_all_reduce does). The same shmdist collective as dist.all_reduce on "shm": the
+    same dtypes and reductions, the same result bit for bit, checked against the other
+    members' calls (which may be dist.all_reduce), blocking with the GIL released while it
+    waits. `tensor`: a contiguous CPU tensor (used in place, never copied); `group`: a group
+    of backend "shm" on one host, None for the default group. Anything else raises
+    shmdist.InvalidArgument naming what was expected, what was found and the global rank;
+    a refused tensor or reduction also fails the other members' matching call at once.
+    docs/torch.md "Direct all_reduce"."""
+    _inference_all_reduce(_default_group() if group is None else group, tensor, op)
+    return tensor
+
+
 ProcessGroupShm = _C.ProcessGroupShm
 ProcessGroupHosts = _hosts.ProcessGroupHosts
 Error = _C.Error

@@ -98,6 +98,15 @@ class ProcessGroupShm : public BackendBase {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+  // shmdist.torch.inference_all_reduce: dist.all_reduce of one tensor in place, without
+  // torch's Python layer, its dispatcher or a Work: the same shmdist collective (same checks,
+  // same mismatch detection, same result bit for bit), run blocking in the caller's frame.
+  // The tensor must be usable in place (contiguous, not a conjugate or negative view):
+  // refused otherwise, as is anything dist.all_reduce refuses; a refusal is posted as a
+  // rejected all_reduce, so the other members fail at once naming this rank (or_reject).
+  // Called with the GIL released.
+  void all_reduce_in_place(const at::Tensor& tensor, const c10d::ReduceOp& op);
+
 #if SHMDIST_TORCH_MAJOR >= 2
   // torch 2.x only. A sparse all_reduce arrives here: refused by the tensor check, with
   // what to do (as every operation refuses sparse tensors).

@@ -2,6 +2,8 @@
 // the coalesced forms), started non-blocking; torch waits on the Work unless async_op=True.
 // torch's options carry group ranks for roots; shmdist takes global ranks.
 
+#include <string>
+
 #include "backend.hpp"
 #include "tensor_bridge.hpp"
 #include <shmdist/embedding.hpp>
@@ -136,6 +138,56 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
       return PostedWorks{job_->pg.all_reduce(b.view, op, group_, async)};
     });
   });
+}
+
+namespace {
+
+// What kept bind() from using `t` in place (it made a staging copy).
+std::string not_in_place(const at::Tensor& t) {
+  if (!t.is_contiguous())
+    return c10::str("a non-contiguous tensor (sizes ", t.sizes(), ", strides ", t.strides(), ")");
+  if (t.is_conj()) return "a conjugate view (resolve it first: t.resolve_conj())";
+  if (t.is_neg()) return "a negative view (resolve it first: t.resolve_neg())";
+  return "a tensor that cannot be used in place";
+}
+
+}  // namespace
+
+void ProcessGroupShm::all_reduce_in_place(const at::Tensor& tensor,
+                                          const c10d::ReduceOp& reduce_op) {
+  constexpr const char* kOp = "inference_all_reduce";
+  BoundTensor b;
+  ReduceOp op = ReduceOp::SUM;
+  std::string why;
+  try {  // dist.all_reduce's checks (bind, to_shmdist), then in place or refused
+    b = bind(tensor, kOp);
+    if (b.staging.defined())  // a copy would be reduced, and never written back here
+      throw InvalidArgument(c10::str(
+          "shm backend: ", kOp, " reduces the tensor in place and expects a contiguous "
+          "tensor, found ", not_in_place(tensor), "; pass a contiguous tensor (t.contiguous(), "
+          "then use that tensor), or use dist.all_reduce, which reduces a copy and writes it "
+          "back"));
+    op = to_shmdist(reduce_op, b.is_complex);
+  } catch (const InvalidArgument& e) {
+    why = e.what();
+  } catch (const c10::Error& e) {  // torch's own checks while binding the tensor
+    why = e.msg();
+  }
+  seq_.fetch_add(1, std::memory_order_relaxed);  // counted as collective() counts
+  if (!why.empty()) {
+    // As or_reject: the other members' all_reduce fails at once naming this rank.
+    why = "on rank " + std::to_string(global_rank_of_this_process()) + ": " + why;
+    embedding::reject_collective(job_->pg, group_, "all_reduce", why).wait();  // throws it
+    throw InvalidArgument("all_reduce: " + why);  // (not reached: the wait throws)
+  }
+  if (timeout_ == job_->pg.timeout()) {  // blocking(): shmdist's own wait ends at this timeout
+    job_->pg.all_reduce(b.view, op, group_, /*async_op=*/false);
+    return;
+  }
+  // A group timeout of its own: the Work's wait enforces it, as for dist.all_reduce.
+  auto work = make_work(c10d::OpType::ALLREDUCE, {}, c10d::kUnsetTimeout);
+  work->add(job_->pg.all_reduce(b.view, op, group_, /*async_op=*/true));
+  work->wait();
 }
 
 // The coalesced forms post one shmdist collective per tensor (per input): refused, as many

@@ -303,3 +303,16 @@ def test_an_all_reduce_the_caller_waits_for_at_once_runs_blocking():
     for r in range(2):
         assert f"PASS blocking rank={r}" in text, results
     assert all(r.returncode == 0 for r in results), results
+
+
+def test_inference_all_reduce_is_dist_all_reduce_without_torchs_layers():
+    """shmdist.torch.inference_all_reduce: bit for bit dist.all_reduce's result, the same
+    checked collective, the GIL released while it waits, clear refusals (workers/
+    inference_all_reduce.py)."""
+    results = env_ranks(2, WORKERS / "inference_all_reduce.py", timeout=300)
+    check_ops(results, 2)
+    text = "".join(r.stdout for r in results)
+    for check in ("same_as_dist_all_reduce", "same_collective_as_dist_all_reduce",
+                  "releases_the_gil", "refusals"):
+        for r in range(2):
+            assert f"PASS {check} rank={r}" in text, results
