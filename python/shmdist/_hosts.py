@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 import weakref
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
