@@ -5,6 +5,8 @@
 
 #include "coll/collectives.hpp"
 
+#include <sched.h>
+
 #include <cstring>
 #include <algorithm>
 #include <numeric>
@@ -280,9 +282,10 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
 // LanePlan and the LaneCall that a bigger call needs, which cost more instructions than the
 // round itself at this size. It runs only when the lane is idle (no earlier call holds or
 // awaits a turn) and the arguments are valid; whenever anything is not plain (the peers are
-// not there within kLanePolls polls, the world is crowded, a peer's fingerprint differs), the
-// general call takes over from the wait (LaneCall::resume): the engine's waiter, the health
-// checks, the timeout, the verdict on disagreeing members. nullopt: not taken, nothing done.
+// not there within kLanePolls polls, or, when the world is crowded, after one yield of the
+// CPU; a peer's fingerprint differs), the general call takes over from the wait
+// (LaneCall::resume): the engine's waiter, the health checks, the timeout, the verdict on
+// disagreeing members. nullopt: not taken, nothing done.
 // Orderings: ShmLane's own (publish()'s release store of the round flag after the plain slot
 // writes, all_arrived()'s acquire loads of the peers' flags before the plain reads of their
 // slots; shm_lane.hpp proves the round protocol), the same calls in the same order as
@@ -309,9 +312,19 @@ std::optional<Completion> small_all_reduce(const CallSetup& s, Tensor& tensor, R
   if (bytes) std::memcpy(slot + ShmLane::kInlineAt, data, bytes);
   lane.publish();
   const int n = lane.world();
-  if (!cpus::oversubscribed(n, lane.cpus())) {
+  {
     bool arrived = lane.all_arrived();
-    for (int i = 0; !arrived && i < kLanePolls; ++i) arrived = lane.all_arrived();
+    if (cpus::oversubscribed(n, lane.cpus())) {
+      // Crowded: a peer that has yet to publish may need this very CPU, so hand it over at
+      // once (as the engine's waiter would at its first idle turn, a thousand or so
+      // instructions of setting up later), and look once more when it comes back.
+      if (!arrived) {
+        sched_yield();
+        arrived = lane.all_arrived();
+      }
+    } else {
+      for (int i = 0; !arrived && i < kLanePolls; ++i) arrived = lane.all_arrived();
+    }
     bool same = arrived;  // LaneCall::check_agreement's fast test
     for (int j = 0; j < n && same; ++j)
       if (j != s.group.me)
