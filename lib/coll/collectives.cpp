@@ -5,6 +5,8 @@
 
 #include "coll/collectives.hpp"
 
+#include <sched.h>
+
 #include <cstring>
 #include <algorithm>
 #include <numeric>
@@ -225,9 +227,11 @@ constexpr int kLanePolls = 256;
 // without allocating; if the wait ends early (Timeout, PeerFailure) the call goes on in a
 // background schedule, as every unfinished collective does. Async: a background schedule.
 // `keep(sch)` hands a schedule the tensors the plan points into.
+// `published`: the ticket of a one-round call whose round 1 the caller already published
+// (small_all_reduce), 0 for a call that queues on the lane.
 template <class Keep>
 Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std::uint64_t bytes,
-                       Keep&& keep) {
+                       Keep&& keep, std::uint64_t published = 0) {
   if (!s.blocking) {
     auto sch = b.make();
     keep(*sch);
@@ -242,7 +246,10 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     return sch;
   };
   LaneCall call(*s.lane, ctx, plan);
-  call.queue();
+  if (published)
+    call.resume(published);
+  else
+    call.queue();
   const BlockedCall what(call, ctx);
   try {
     // Most calls of a busy job find their peers there or arriving at once: a short poll of
@@ -254,7 +261,7 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     // idle turn), and each round that moves (Look::Moved) restarts its spin time before it
     // sleeps. The hang report shows a collective of `bytes`.
     const bool crowded = cpus::oversubscribed(s.lane->world(), s.lane->cpus());
-    if (!crowded && call.spin(kLanePolls)) return completed_collective();
+    if (!crowded && !published && call.spin(kLanePolls)) return completed_collective();
     wait_on_lane(s, call, what, bytes);
   } catch (...) {
     if (!call.done()) {
@@ -265,6 +272,81 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
     throw;
   }
   return completed_collective();
+}
+
+// A small blocking all_reduce on the world lane (issue 29: 16 B at 2 ranks; the common call
+// of an inference loop), as one straight sequence: the very round 1 run_on_lane's LaneCall
+// would run (the same fingerprint bytes as the Builder's, the payload inline after it in the
+// slot's header line, plan_reduce's direct reduction of every member's slot in group-rank
+// order into the tensor), without building the Builder's description, the CallContext, the
+// LanePlan and the LaneCall that a bigger call needs, which cost more instructions than the
+// round itself at this size. It runs only when the lane is idle (no earlier call holds or
+// awaits a turn) and the arguments are valid; whenever anything is not plain (the peers are
+// not there within kLanePolls polls, or, when the world is crowded, after one yield of the
+// CPU; a peer's fingerprint differs), the general call takes over from the wait
+// (LaneCall::resume): the engine's waiter, the health checks, the timeout, the verdict on
+// disagreeing members. nullopt: not taken, nothing done.
+// Orderings: ShmLane's own (publish()'s release store of the round flag after the plain slot
+// writes, all_arrived()'s acquire loads of the peers' flags before the plain reads of their
+// slots; shm_lane.hpp proves the round protocol), the same calls in the same order as
+// LaneCall::advance makes them.
+std::optional<Completion> small_all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
+  ShmLane& lane = *s.lane;
+  const std::size_t bytes = tensor.nbytes();
+  if (bytes > std::min(ShmLane::kInlineLimit, lane.slot_size() / 8 * 8) || !lane.idle() ||
+      unsupported(op, tensor.dtype()))
+    return std::nullopt;
+  // Builder::take_context's fingerprint, field by field (Fingerprint has no padding: peers
+  // compare the bytes).
+  Fingerprint fp;
+  fp.kind = std::uint8_t(Kind::AllReduce);
+  fp.op = std::uint8_t(static_cast<int>(op));
+  fp.dtype = std::uint8_t(tensor.dtype());
+  fp.group_size = static_cast<std::uint32_t>(s.group.size());
+  fp.seq = s.seq;
+  fp.count = tensor.numel();
+  const std::uint64_t ticket = lane.take_ticket();  // the lane is idle: this call's turn
+  std::byte* const data = bytes_of(tensor);
+  std::byte* const slot = lane.next_slot();
+  std::memcpy(slot + ShmLane::kFingerprintAt, &fp, sizeof fp);
+  if (bytes) std::memcpy(slot + ShmLane::kInlineAt, data, bytes);
+  lane.publish();
+  const int n = lane.world();
+  {
+    bool arrived = lane.all_arrived();
+    if (cpus::oversubscribed(n, lane.cpus())) {
+      // Crowded: a peer that has yet to publish may need this very CPU, so hand it over at
+      // once (as the engine's waiter would at its first idle turn, a thousand or so
+      // instructions of setting up later), and look once more when it comes back.
+      if (!arrived) {
+        sched_yield();
+        arrived = lane.all_arrived();
+      }
+    } else {
+      for (int i = 0; !arrived && i < kLanePolls; ++i) arrived = lane.all_arrived();
+    }
+    bool same = arrived;  // LaneCall::check_agreement's fast test
+    for (int j = 0; j < n && same; ++j)
+      if (j != s.group.me)
+        same = std::memcmp(lane.slot_of(j) + ShmLane::kFingerprintAt, &fp, sizeof fp) == 0;
+    if (same) {
+      const std::byte* inline_inputs[16];
+      std::vector<const std::byte*> heap;
+      const std::byte** inputs =
+          n <= 16 ? inline_inputs : (heap.resize(static_cast<std::size_t>(n)), heap.data());
+      for (int j = 0; j < n; ++j) inputs[j] = lane.data_of(j, ShmLane::kInlineAt);
+      reduce_in_order(op, tensor.dtype(), {inputs, static_cast<std::size_t>(n)}, data,
+                      bytes / element_size(tensor.dtype()), n);
+      lane.end_turn();
+      return completed_collective();
+    }
+  }
+  Builder b(s, Kind::AllReduce);
+  b.tensor(tensor, "tensor");
+  b.describe(tensor.dtype(), tensor.numel());
+  b.op(op, tensor.dtype());
+  return run_on_lane(s, b, plan_reduce(lane, tensor, op, -1, b.me()), bytes,
+                     [&](Schedule& sch) { sch.keep(tensor); }, ticket);
 }
 
 }  // namespace
@@ -300,6 +382,8 @@ Completion reject(const CallSetup& s, Kind kind, const std::string& why) {
 }
 
 Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
+  if (s.blocking && s.lane && tensor.defined())
+    if (std::optional<Completion> done = small_all_reduce(s, tensor, op)) return std::move(*done);
   Builder b(s, Kind::AllReduce);
   if (b.tensor(tensor, "tensor")) {
     b.describe(tensor.dtype(), tensor.numel());

@@ -55,6 +55,13 @@ class LaneCall {
   LanePlan& plan() { return plan_; }
 
   void queue() { ticket_ = lane_->take_ticket(); }  // in call order
+  // Takes over a one-round call whose turn `ticket` the caller took and whose round 1 (this
+  // plan's fingerprint and write(1)) it published itself (collectives.cpp's small
+  // all_reduce, when its peers were not there at once or disagreed): from the wait on.
+  void resume(std::uint64_t ticket) {
+    ticket_ = ticket;
+    phase_ = Phase::Waiting;
+  }
   // Moves as far as it can without blocking; returns whether anything moved. Throws the
   // verdict (InvalidArgument) in round 1 when the members disagree; the lane is then done
   // with this call on every member.

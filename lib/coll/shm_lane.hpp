@@ -83,6 +83,7 @@ class ShmLane {
   std::uint64_t take_ticket() { return ++issued_; }
   bool is_turn(std::uint64_t ticket) const { return ticket == served_ + 1; }
   void end_turn() { ++served_; }
+  bool idle() const { return served_ == issued_; }  // no call holds or awaits a turn
 
   std::uint64_t round() const { return round_; }  // the last round this rank published
   // This rank's slot for round() + 1 (its header, then the data area).

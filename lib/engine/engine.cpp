@@ -111,7 +111,8 @@ std::size_t Engine::pending_operations() const {
 
 std::optional<Engine::Entry> Engine::try_enter(const char* call, Clock::duration limit) {
   if (lock_.held_by_this_thread()) return Entry{};
-  if (!lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
+  // A free lock first: its deadline (a clock read) matters only to a thread that must wait.
+  if (!lock_.try_acquire() && !lock_.acquire_until(Clock::now() + limit)) return std::nullopt;
   lock_.set_call(call);
   return Entry{&lock_};
 }

@@ -36,6 +36,12 @@ class EngineLock {
 
   // Takes the lock, waiting at most until `deadline`; false if another thread held it all
   // that time. The entry of every call: no wait for the lock outlives the call's timeout.
+  // Takes the lock if it is free right now (no clock read, no waiting): the common entry
+  // of a single-threaded rank, which acquire_until would make read the clock first.
+  bool try_acquire() {
+    if (!try_lock()) return false;
+    return took();
+  }
   bool acquire_until(Clock::time_point deadline) {
     if (try_lock()) [[likely]]
       return took();

@@ -21,7 +21,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.group.sig = info.sig;
   setup.group.members = info.members;
   setup.group.me = info.my_rank;
-  setup.seq = ++s.collective_seq[info.id];
+  setup.seq = info.id == 0 ? ++s.world_collective_seq : ++s.collective_seq[info.id];
   if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
   setup.blocking = blocking;
   return setup;

@@ -31,7 +31,9 @@ struct ProcessGroup::Impl {
   std::uint32_t next_group_id = 1;
   // By group id: collectives called so far. A map: ids need not be small (runtimes that
   // bring their own groups choose them, see shmdist/embedding.hpp).
+  // The world group (id 0), the common case, counts apart: no hash lookup per call.
   std::unordered_map<std::uint32_t, std::uint64_t> collective_seq;
+  std::uint64_t world_collective_seq = 0;
   std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;
   bool supervised = false;

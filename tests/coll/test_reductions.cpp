@@ -1,6 +1,9 @@
 // Reductions are bitwise equal to a sequential reference in group-rank order, for every dtype
 // and op where the op is defined, at sizes from empty to far beyond the rings; ops without a
 // meaning for the dtype throw InvalidArgument on every member and the group goes on.
+#include <chrono>
+#include <thread>
+
 #include <boost/test/unit_test.hpp>
 
 #include "coll_support.hpp"
@@ -171,6 +174,59 @@ BOOST_AUTO_TEST_CASE(large_and_rounding_once) {
       pg.all_reduce(a, ReduceOp::AVG);
       RANK_REQUIRE(a.equal(dist::full({2}, 2051.0 / 4, dist::kBFloat16)));
     }, p2p::job_options(mode, 64 * 1024));
+  }
+}
+
+// The small blocking all_reduce's straight path (collectives.cpp small_all_reduce) and its
+// hand-overs to the general call: a peer that comes late (the caller's polls run out, the
+// engine's waiter finishes the round it published), a call behind an async collective (the
+// lane is not idle: the general call queues), a one-element call after a mismatch, and the
+// inline limit's both sides (4096 B straight, 4100 B general), each bitwise equal to the
+// sequential reference. With 8 CPUs said (SHMDIST_LOCAL_CPUS) the 3 ranks are not crowded
+// and take the straight path; with 1 they are, and it hands over right after publishing.
+namespace {
+void small_all_reduces(dist::ProcessGroup& pg) {
+  const int me = pg.get_rank();
+  std::uint64_t seed = 700;
+  for (int late = 0; late < 3; ++late) {
+    std::vector<Tensor> inputs;
+    for (int r = 0; r < 3; ++r) inputs.push_back(make_input(++seed, r, 4, kFloat32, ReduceOp::SUM));
+    Tensor t = inputs[me].clone();
+    if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    pg.all_reduce(t);
+    require_same(t, reference_reduce(inputs, ReduceOp::SUM, kFloat32), "late peer");
+  }
+  Tensor a = dist::full({8}, me + 1.0);
+  dist::Work w = pg.all_reduce(a, ReduceOp::SUM, {}, /*async_op=*/true);
+  Tensor b = dist::full({2}, me + 1.0, dist::kBFloat16);
+  pg.all_reduce(b, ReduceOp::MAX);  // queued behind a on the lane
+  w.wait();
+  RANK_REQUIRE(a.equal(dist::full({8}, 6.0)));
+  RANK_REQUIRE(b.equal(dist::full({2}, 3.0, dist::kBFloat16)));
+  Tensor c = dist::ones({me == 0 ? 1 : 2});
+  p2p::require_throws<dist::InvalidArgument>([&] { pg.all_reduce(c); },
+                                             {"group rank 1", "1 elements", "2 elements"}, "count");
+  Tensor one = dist::full({1}, me + 1.0);
+  pg.all_reduce(one, ReduceOp::PRODUCT);
+  RANK_REQUIRE(one.equal(dist::full({1}, 6.0)));
+  for (std::int64_t numel : {std::int64_t{1024}, std::int64_t{1025}}) {
+    std::vector<Tensor> inputs;
+    for (int r = 0; r < 3; ++r) inputs.push_back(make_input(++seed, r, numel, kFloat32, ReduceOp::AVG));
+    Tensor t = inputs[me].clone();
+    pg.all_reduce(t, ReduceOp::AVG);
+    require_same(t, reference_reduce(inputs, ReduceOp::AVG, kFloat32), label("all_reduce", ReduceOp::AVG, kFloat32, numel));
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(small_all_reduce_late_peers_and_queued_calls) {
+  for (const char* cpus : {"8", "1"}) {
+    const p2p::ScopedEnv env("SHMDIST_LOCAL_CPUS", std::string(cpus));
+    for (auto mode : all_modes()) {
+      BOOST_TEST_CONTEXT("mode " << mode_name(mode) << ", SHMDIST_LOCAL_CPUS=" << cpus) {
+        expect_job_ok(3, small_all_reduces, p2p::job_options(mode));
+      }
+    }
   }
 }
 
