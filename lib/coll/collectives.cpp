@@ -185,6 +185,126 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   step.after = [from, to] { copy_elements(from, to); };
 }
 
+// A group whose members sit on several hosts, some host holding two or more of them: its
+// reductions and broadcasts go inside each host first (shared memory), then among one leader
+// per host (the only messages between hosts), then inside each host again. Hosts are taken
+// in the order of their first member's group rank, each host's members in group-rank order;
+// a host's leader is its first member (for reduce and broadcast the root leads its host).
+struct HostSplit {
+  std::vector<std::vector<int>> hosts;  // group ranks, per host
+  int mine = 0;                         // this member's host
+  // Each host's leader (group rank); `root` (a group rank, or -1) leads its own host.
+  std::vector<int> leaders(int root) const {
+    std::vector<int> out;
+    for (const auto& h : hosts)
+      out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
+    return out;
+  }
+};
+
+// The split of the call's group, or nullopt when the flat schedule serves as well: the job
+// is on one host, the group inside one host, or every host holds one member (then the host
+// order is the group-rank order and the flat schedule's result is the same bits).
+std::optional<HostSplit> split_by_host(const CallSetup& s) {
+  if (s.host_of.empty()) return std::nullopt;
+  HostSplit split;
+  std::vector<int> ids;  // host id of split.hosts[i]
+  bool shared = false;
+  for (int j = 0; j < s.group.size(); ++j) {
+    const int host = s.host_of[static_cast<std::size_t>(s.group.members[j])];
+    const auto at = std::find(ids.begin(), ids.end(), host);
+    if (at == ids.end()) {
+      ids.push_back(host);
+      split.hosts.push_back({j});
+    } else {
+      split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
+      shared = true;
+    }
+    if (j == s.group.me) split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
+  }
+  if (split.hosts.size() < 2 || !shared) return std::nullopt;
+  return split;
+}
+
+// Steps 1 and 2 of a reduction across hosts (all_reduce, reduce). Step 1, inside each host:
+// the members send their input to the host's leader, which reduces its host's inputs in
+// group-rank order into its partial. Step 2, among the leaders: each leader but `root`'s
+// (all_reduce: every leader) sends its partial to `root`'s leader (every leader), which
+// reduces the partials in host order into `result`. So with hosts [0, 1] and [2, 3], SUM is
+// (x0 + x1) + (x2 + x3) on every rank, bitwise. AVG sums inside the hosts and divides the
+// sum of the partials by the group's size; half and bfloat16 partials are rounded to their
+// dtype. `partial`: where a leader keeps its partial (its input, when it reduces in place);
+// undefined: a buffer of its own (or the input, when its host has no other member).
+void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split,
+                         const Tensor& input, Tensor partial, Tensor result, ReduceOp op,
+                         int root) {
+  const DType dtype = input.dtype();
+  const std::int64_t count = input.numel();
+  const std::size_t size = static_cast<std::size_t>(count) * element_size(dtype);
+  const std::vector<int> leaders = split.leaders(root);
+  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
+  const int lead = leaders[static_cast<std::size_t>(split.mine)];
+  const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(leaders.size());
+  const int n = b.n();
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  if (!partial.defined()) partial = b.me() == lead && k > 1 ? empty({count}, dtype) : input;
+  if (!result.defined()) result = partial;
+  sch.keep(input);
+  sch.keep(partial);
+  sch.keep(result);
+
+  Step& gather = sch.add_step();
+  if (b.me() != lead) {
+    send(gather, b.members()[lead], input);
+  } else if (k > 1) {
+    Tensor stage = empty({count * k}, dtype);  // mate i's input at i * count (own: unused)
+    sch.keep(stage);
+    for (int i = 0; i < k; ++i)
+      if (mates[i] != lead) recv(gather, b.members()[mates[i]], view_of(stage, i * count, count));
+    gather.after = [=] {
+      std::vector<const std::byte*> inputs(k);
+      for (int i = 0; i < k; ++i)
+        inputs[i] = mates[i] == lead ? bytes_of(input) : bytes_of(stage) + i * size;
+      reduce_in_order(inside, dtype, inputs, bytes_of(partial), static_cast<std::size_t>(count), n);
+    };
+  } else {
+    gather.after = [=] { copy_elements(input, partial); };
+  }
+
+  Step& among = sch.add_step();
+  if (b.me() != lead) return;
+  if (root >= 0 && b.me() != root) {  // reduce: another host's leader
+    send(among, b.members()[root], partial);
+    return;
+  }
+  Tensor stage = empty({count * hosts}, dtype);  // host h's partial at h * count (own: unused)
+  sch.keep(stage);
+  for (int h = 0; h < hosts; ++h) {
+    if (h == split.mine) continue;
+    if (root < 0) send(among, b.members()[leaders[h]], partial);
+    recv(among, b.members()[leaders[h]], view_of(stage, h * count, count));
+  }
+  const int mine = split.mine;
+  among.after = [=] {
+    std::vector<const std::byte*> inputs(hosts);
+    for (int h = 0; h < hosts; ++h)
+      inputs[h] = h == mine ? bytes_of(partial) : bytes_of(stage) + h * size;
+    reduce_in_order(op, dtype, inputs, bytes_of(result), static_cast<std::size_t>(count), n);
+  };
+}
+
+// Step 3 of all_reduce across hosts, and broadcast across hosts from a leader: each host's
+// leader sends `tensor` to its host's other members.
+void spread_inside_host(Schedule& sch, const Builder& b, const HostSplit& split, int lead,
+                        const Tensor& tensor) {
+  Step& out = sch.add_step();
+  for (int j : split.hosts[static_cast<std::size_t>(split.mine)]) {
+    if (j == lead) continue;
+    if (b.me() == lead) send(out, b.members()[j], tensor);
+    else if (b.me() == j) recv(out, b.members()[lead], tensor);
+  }
+}
+
 Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
   sch->bytes = bytes;
   return sch->start();
@@ -280,6 +400,26 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     return run_on_lane(s, b, plan_broadcast(*s.lane, tensor, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  if (b.ok() && tensor.numel() > 0) {
+    if (const auto split = split_by_host(s)) {
+      // The root sends to its host's members and to the other hosts' leaders, which pass it
+      // on inside their hosts: one message to each other host.
+      sch->keep(tensor);
+      const std::vector<int> leaders = split->leaders(r);
+      Step& first = sch->add_step();
+      for (std::size_t h = 0; h < split->hosts.size(); ++h) {
+        const bool root_host = leaders[h] == r;
+        for (int j : split->hosts[h]) {
+          if (j == r || (!root_host && j != leaders[h])) continue;  // reached in step 2
+          if (b.me() == r) send(first, b.members()[j], tensor);
+          else if (b.me() == j) recv(first, b.members()[r], tensor);
+        }
+      }
+      const int lead = leaders[static_cast<std::size_t>(split->mine)];
+      if (lead != r) spread_inside_host(*sch, b, *split, lead, tensor);
+      return finish(sch, tensor.nbytes());
+    }
+  }
   if (b.ok()) {
     sch->keep(tensor);
     Step& step = sch->add_step();
@@ -309,6 +449,14 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  if (b.ok() && tensor.numel() > 0) {
+    if (const auto split = split_by_host(s)) {
+      const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
+      reduce_across_hosts(*sch, b, *split, tensor, tensor, tensor, op, -1);
+      spread_inside_host(*sch, b, *split, lead, tensor);
+      return finish(sch, tensor.nbytes());
+    }
+  }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
@@ -336,6 +484,14 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  if (b.ok() && tensor.numel() > 0) {
+    if (const auto split = split_by_host(s)) {
+      // Only the root's tensor is written: the other leaders reduce into a buffer.
+      reduce_across_hosts(*sch, b, *split, tensor, b.me() == r ? tensor : Tensor(),
+                          b.me() == r ? tensor : Tensor(), op, r);
+      return finish(sch, tensor.nbytes());
+    }
+  }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
