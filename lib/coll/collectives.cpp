@@ -200,7 +200,17 @@ struct HostSplit {
       out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
     return out;
   }
+  bool equal_hosts() const {
+    for (const auto& h : hosts)
+      if (h.size() != hosts[0].size()) return false;
+    return true;
+  }
 };
+
+// From this size on, all_reduce across hosts of equally many members works by slices
+// (all_reduce_by_slices): below it, the leaders' fewer messages cost less than the slices'
+// parallel work saves.
+constexpr std::uint64_t kSlicesAcrossHosts = 64 * 1024;
 
 // The split of the call's group, or nullopt when the flat schedule serves as well: the job
 // is on one host, the group inside one host, or every host holds one member (then the host
@@ -291,6 +301,71 @@ void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split
       inputs[h] = h == mine ? bytes_of(partial) : bytes_of(stage) + h * size;
     reduce_in_order(op, dtype, inputs, bytes_of(result), static_cast<std::size_t>(count), n);
   };
+}
+
+// all_reduce across hosts that hold equally many members (k each), for large tensors: every
+// member does a k-th of the leader's work, and the hosts' traffic runs over k pairs of members
+// at once. The tensor is cut into k slices. Step 1, inside each host: member i receives slice
+// i of its host mates' inputs and reduces them in group-rank order (its host's partial of
+// slice i). Step 2: member i exchanges that partial with member i of every other host and
+// reduces the partials in host order. Step 3, inside each host: every member sends its slice
+// to its mates. Each element is therefore reduced in exactly the order of the leader's
+// schedule (host partials in group-rank order, then hosts in order): the same bits.
+void all_reduce_by_slices(Schedule& sch, const Builder& b, const HostSplit& split,
+                          const Tensor& tensor, ReduceOp op) {
+  const DType dtype = tensor.dtype();
+  const std::int64_t count = tensor.numel();
+  const std::size_t es = element_size(dtype);
+  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
+  const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(split.hosts.size());
+  const int n = b.n(), mine = split.mine;
+  const int p = static_cast<int>(std::find(mates.begin(), mates.end(), b.me()) - mates.begin());
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  const std::int64_t m = slice_len(count, k, p);
+  const Tensor own = view_of(tensor, slice_begin(count, k, p), m);
+  sch.keep(tensor);
+
+  Step& gather = sch.add_step();
+  if (k > 1) {
+    Tensor stage = empty({m * k}, dtype);  // mate q's slice p at q * m (own: unused)
+    sch.keep(stage);
+    for (int q = 0; q < k; ++q) {
+      if (q == p) continue;
+      send(gather, b.members()[mates[q]],
+           view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
+      recv(gather, b.members()[mates[q]], view_of(stage, q * m, m));
+    }
+    gather.after = [=] {
+      std::vector<const std::byte*> inputs(k);
+      for (int q = 0; q < k; ++q)
+        inputs[q] = q == p ? bytes_of(own) : bytes_of(stage) + q * m * es;
+      reduce_in_order(inside, dtype, inputs, bytes_of(own), static_cast<std::size_t>(m), n);
+    };
+  }
+
+  Step& among = sch.add_step();
+  Tensor stage = empty({m * hosts}, dtype);  // host h's partial of slice p at h * m (own: unused)
+  sch.keep(stage);
+  for (int h = 0; h < hosts; ++h) {
+    if (h == mine) continue;
+    const int peer = b.members()[split.hosts[static_cast<std::size_t>(h)][p]];
+    send(among, peer, own);
+    recv(among, peer, view_of(stage, h * m, m));
+  }
+  among.after = [=] {
+    std::vector<const std::byte*> inputs(hosts);
+    for (int h = 0; h < hosts; ++h)
+      inputs[h] = h == mine ? bytes_of(own) : bytes_of(stage) + h * m * es;
+    reduce_in_order(op, dtype, inputs, bytes_of(own), static_cast<std::size_t>(m), n);
+  };
+
+  Step& spread = sch.add_step();
+  for (int q = 0; q < k; ++q) {
+    if (q == p) continue;
+    send(spread, b.members()[mates[q]], own);
+    recv(spread, b.members()[mates[q]],
+         view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
+  }
 }
 
 // Step 3 of all_reduce across hosts, and broadcast across hosts from a leader: each host's
@@ -451,6 +526,10 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   auto sch = b.make();
   if (b.ok() && tensor.numel() > 0) {
     if (const auto split = split_by_host(s)) {
+      if (tensor.nbytes() >= kSlicesAcrossHosts && split->equal_hosts()) {
+        all_reduce_by_slices(*sch, b, *split, tensor, op);
+        return finish(sch, tensor.nbytes());
+      }
       const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
       reduce_across_hosts(*sch, b, *split, tensor, tensor, tensor, op, -1);
       spread_inside_host(*sch, b, *split, lead, tensor);

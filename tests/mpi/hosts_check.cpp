@@ -225,12 +225,13 @@ std::string bits_of(float v) {
 
 // all_reduce and reduce over `members` (this rank among them) give bitwise the documented
 // order's result for values whose order matters, for every op, at odd sizes, below and above
-// the one-MPI-message limit (32 KiB); broadcast reaches every member from every root.
+// the one-MPI-message limit (32 KiB) and the size from which all_reduce across hosts works by
+// slices (64 KiB: 20001 floats); broadcast reaches every member from 3 roots.
 void reduce_order_in(const std::vector<int>& members, const dist::Group& group,
                      const std::string& where) {
   const int n = static_cast<int>(members.size());
   const auto plus = [](float a, float b) { return a + b; };
-  for (const std::int64_t count : {1, 7, 1001, 12289}) {
+  for (const std::int64_t count : {1, 7, 1001, 12289, 20001}) {
     const std::string at = where + ", " + std::to_string(count) + " elements";
     const auto input = [&](int r) {
       dist::Tensor t = dist::empty({count}, dist::kFloat32);
