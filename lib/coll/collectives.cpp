@@ -145,46 +145,6 @@ void recv(Step& step, int peer, Tensor view) {
   step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
 }
 
-// Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
-// and reduces the n contributions in group-rank order into `result` (slice-sized).
-void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor result,
-                   ReduceOp op) {
-  const int n = b.n(), me = b.me();
-  const std::int64_t count = input.numel();
-  const std::int64_t m = slice_len(count, n, me);
-  Tensor stage = empty({m * n}, input.dtype());
-  Step& step = sch.add_step();
-  for (int j = 0; j < n; ++j) {
-    if (j == me) continue;
-    send(step, b.members()[j], view_of(input, slice_begin(count, n, j), slice_len(count, n, j)));
-    recv(step, b.members()[j], view_of(stage, j * m, m));
-  }
-  sch.keep(stage);
-  step.after = [=] {
-    std::vector<const std::byte*> inputs(n);
-    for (int r = 0; r < n; ++r)
-      inputs[r] = r == me ? bytes_of(input) + slice_begin(count, n, me) * element_size(input.dtype())
-                          : bytes_of(stage) + r * m * element_size(input.dtype());
-    reduce_in_order(op, input.dtype(), inputs, bytes_of(result), static_cast<std::size_t>(m), n);
-  };
-}
-
-// sends[j] goes to member j and recvs[j] comes from it; this member's own pair is a local copy
-// (all_gather, all_gather_into_tensor and the all_to_alls over point-to-point).
-void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
-              const std::vector<Tensor>& recvs) {
-  Step& step = sch.add_step();
-  for (int j = 0; j < b.n(); ++j) {
-    sch.keep(sends[j]);
-    sch.keep(recvs[j]);
-    if (j == b.me()) continue;
-    send(step, b.members()[j], sends[j]);
-    recv(step, b.members()[j], recvs[j]);
-  }
-  Tensor from = sends[b.me()], to = recvs[b.me()];
-  step.after = [from, to] { copy_elements(from, to); };
-}
-
 // A group whose members sit on several hosts, some host holding two or more of them: its
 // reductions and broadcasts go inside each host first (shared memory), then among one leader
 // per host (the only messages between hosts), then inside each host again. Hosts are taken
@@ -200,17 +160,41 @@ struct HostSplit {
       out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
     return out;
   }
-  bool equal_hosts() const {
-    for (const auto& h : hosts)
-      if (h.size() != hosts[0].size()) return false;
-    return true;
-  }
 };
 
-// From this size on, all_reduce across hosts of equally many members works by slices
-// (all_reduce_by_slices): below it, the leaders' fewer messages cost less than the slices'
-// parallel work saves.
-constexpr std::uint64_t kSlicesAcrossHosts = 64 * 1024;
+// all_reduce and reduce across hosts take the leaders' schedule (reduce_across_hosts) below
+// this size, and the flat one (reduce_slices, in the same order) from it on: measured on
+// 2 emulated hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between
+// hosts win for small tensors; for large ones every member moving its slice at once wins
+// (the leaders' schedule was 2-4x slower from 128 KiB up).
+constexpr std::uint64_t kLeadersBelow = 64 * 1024;
+
+// Reduces the members' inputs (by group rank) in the documented order: with a split, each
+// host's inputs in group-rank order, then the host partials in host order, the partials
+// rounded to the dtype (the leaders' schedule computes exactly this); without, group-rank
+// order. `out` may be one of the inputs.
+void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
+                    std::byte* out, std::size_t count, int n,
+                    const std::optional<HostSplit>& split) {
+  if (!split) return reduce_in_order(op, dtype, inputs, out, count, n);
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  const std::size_t hosts = split->hosts.size(), size = count * element_size(dtype);
+  Tensor stage = empty({static_cast<std::int64_t>(count * hosts)}, dtype);
+  std::vector<const std::byte*> partials(hosts), members;
+  for (std::size_t h = 0; h < hosts; ++h) {
+    const std::vector<int>& host = split->hosts[h];
+    if (host.size() == 1) {
+      partials[h] = inputs[static_cast<std::size_t>(host[0])];
+      continue;
+    }
+    members.clear();
+    for (int j : host) members.push_back(inputs[static_cast<std::size_t>(j)]);
+    std::byte* partial = bytes_of(stage) + h * size;
+    reduce_in_order(inside, dtype, members, partial, count, n);
+    partials[h] = partial;
+  }
+  reduce_in_order(op, dtype, partials, out, count, n);
+}
 
 // The split of the call's group, or nullopt when the flat schedule serves as well: the job
 // is on one host, the group inside one host, or every host holds one member (then the host
@@ -234,6 +218,48 @@ std::optional<HostSplit> split_by_host(const CallSetup& s) {
   }
   if (split.hosts.size() < 2 || !shared) return std::nullopt;
   return split;
+}
+
+// Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
+// and reduces the n contributions into `result` (slice-sized), in group-rank order (across
+// hosts: reduce_members' order).
+void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor result,
+                   ReduceOp op, const std::optional<HostSplit>& split) {
+  const int n = b.n(), me = b.me();
+  const std::int64_t count = input.numel();
+  const std::int64_t m = slice_len(count, n, me);
+  Tensor stage = empty({m * n}, input.dtype());
+  Step& step = sch.add_step();
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    send(step, b.members()[j], view_of(input, slice_begin(count, n, j), slice_len(count, n, j)));
+    recv(step, b.members()[j], view_of(stage, j * m, m));
+  }
+  sch.keep(stage);
+  step.after = [=] {
+    std::vector<const std::byte*> inputs(n);
+    for (int r = 0; r < n; ++r)
+      inputs[r] = r == me ? bytes_of(input) + slice_begin(count, n, me) * element_size(input.dtype())
+                          : bytes_of(stage) + r * m * element_size(input.dtype());
+    reduce_members(op, input.dtype(), inputs, bytes_of(result), static_cast<std::size_t>(m), n,
+                   split);
+  };
+}
+
+// sends[j] goes to member j and recvs[j] comes from it; this member's own pair is a local copy
+// (all_gather, all_gather_into_tensor and the all_to_alls over point-to-point).
+void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
+              const std::vector<Tensor>& recvs) {
+  Step& step = sch.add_step();
+  for (int j = 0; j < b.n(); ++j) {
+    sch.keep(sends[j]);
+    sch.keep(recvs[j]);
+    if (j == b.me()) continue;
+    send(step, b.members()[j], sends[j]);
+    recv(step, b.members()[j], recvs[j]);
+  }
+  Tensor from = sends[b.me()], to = recvs[b.me()];
+  step.after = [from, to] { copy_elements(from, to); };
 }
 
 // Steps 1 and 2 of a reduction across hosts (all_reduce, reduce). Step 1, inside each host:
@@ -301,71 +327,6 @@ void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split
       inputs[h] = h == mine ? bytes_of(partial) : bytes_of(stage) + h * size;
     reduce_in_order(op, dtype, inputs, bytes_of(result), static_cast<std::size_t>(count), n);
   };
-}
-
-// all_reduce across hosts that hold equally many members (k each), for large tensors: every
-// member does a k-th of the leader's work, and the hosts' traffic runs over k pairs of members
-// at once. The tensor is cut into k slices. Step 1, inside each host: member i receives slice
-// i of its host mates' inputs and reduces them in group-rank order (its host's partial of
-// slice i). Step 2: member i exchanges that partial with member i of every other host and
-// reduces the partials in host order. Step 3, inside each host: every member sends its slice
-// to its mates. Each element is therefore reduced in exactly the order of the leader's
-// schedule (host partials in group-rank order, then hosts in order): the same bits.
-void all_reduce_by_slices(Schedule& sch, const Builder& b, const HostSplit& split,
-                          const Tensor& tensor, ReduceOp op) {
-  const DType dtype = tensor.dtype();
-  const std::int64_t count = tensor.numel();
-  const std::size_t es = element_size(dtype);
-  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
-  const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(split.hosts.size());
-  const int n = b.n(), mine = split.mine;
-  const int p = static_cast<int>(std::find(mates.begin(), mates.end(), b.me()) - mates.begin());
-  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
-  const std::int64_t m = slice_len(count, k, p);
-  const Tensor own = view_of(tensor, slice_begin(count, k, p), m);
-  sch.keep(tensor);
-
-  Step& gather = sch.add_step();
-  if (k > 1) {
-    Tensor stage = empty({m * k}, dtype);  // mate q's slice p at q * m (own: unused)
-    sch.keep(stage);
-    for (int q = 0; q < k; ++q) {
-      if (q == p) continue;
-      send(gather, b.members()[mates[q]],
-           view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
-      recv(gather, b.members()[mates[q]], view_of(stage, q * m, m));
-    }
-    gather.after = [=] {
-      std::vector<const std::byte*> inputs(k);
-      for (int q = 0; q < k; ++q)
-        inputs[q] = q == p ? bytes_of(own) : bytes_of(stage) + q * m * es;
-      reduce_in_order(inside, dtype, inputs, bytes_of(own), static_cast<std::size_t>(m), n);
-    };
-  }
-
-  Step& among = sch.add_step();
-  Tensor stage = empty({m * hosts}, dtype);  // host h's partial of slice p at h * m (own: unused)
-  sch.keep(stage);
-  for (int h = 0; h < hosts; ++h) {
-    if (h == mine) continue;
-    const int peer = b.members()[split.hosts[static_cast<std::size_t>(h)][p]];
-    send(among, peer, own);
-    recv(among, peer, view_of(stage, h * m, m));
-  }
-  among.after = [=] {
-    std::vector<const std::byte*> inputs(hosts);
-    for (int h = 0; h < hosts; ++h)
-      inputs[h] = h == mine ? bytes_of(own) : bytes_of(stage) + h * m * es;
-    reduce_in_order(op, dtype, inputs, bytes_of(own), static_cast<std::size_t>(m), n);
-  };
-
-  Step& spread = sch.add_step();
-  for (int q = 0; q < k; ++q) {
-    if (q == p) continue;
-    send(spread, b.members()[mates[q]], own);
-    recv(spread, b.members()[mates[q]],
-         view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
-  }
 }
 
 // Step 3 of all_reduce across hosts, and broadcast across hosts from a leader: each host's
@@ -524,23 +485,19 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
-  if (b.ok() && tensor.numel() > 0) {
-    if (const auto split = split_by_host(s)) {
-      if (tensor.nbytes() >= kSlicesAcrossHosts && split->equal_hosts()) {
-        all_reduce_by_slices(*sch, b, *split, tensor, op);
-        return finish(sch, tensor.nbytes());
-      }
-      const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
-      reduce_across_hosts(*sch, b, *split, tensor, tensor, tensor, op, -1);
-      spread_inside_host(*sch, b, *split, lead, tensor);
-      return finish(sch, tensor.nbytes());
-    }
+  const std::optional<HostSplit> split = split_by_host(s);
+  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
+    const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
+    reduce_across_hosts(*sch, b, *split, tensor, tensor, tensor, op, -1);
+    spread_inside_host(*sch, b, *split, lead, tensor);
+    return finish(sch, tensor.nbytes());
   }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);
-    reduce_slices(*sch, b, tensor, view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op);
+    reduce_slices(*sch, b, tensor, view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op,
+                  split);
     Step& out = sch->add_step();
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -563,13 +520,12 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
-  if (b.ok() && tensor.numel() > 0) {
-    if (const auto split = split_by_host(s)) {
-      // Only the root's tensor is written: the other leaders reduce into a buffer.
-      reduce_across_hosts(*sch, b, *split, tensor, b.me() == r ? tensor : Tensor(),
-                          b.me() == r ? tensor : Tensor(), op, r);
-      return finish(sch, tensor.nbytes());
-    }
+  const std::optional<HostSplit> split = split_by_host(s);
+  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
+    // Only the root's tensor is written: the other leaders reduce into a buffer.
+    reduce_across_hosts(*sch, b, *split, tensor, b.me() == r ? tensor : Tensor(),
+                        b.me() == r ? tensor : Tensor(), op, r);
+    return finish(sch, tensor.nbytes());
   }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
@@ -579,7 +535,7 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     // Only the root's tensor is written: the others reduce into a private buffer.
     Tensor result = me == r ? view_of(tensor, slice_begin(count, n, me), m) : empty({m}, tensor.dtype());
     sch->keep(result);
-    reduce_slices(*sch, b, tensor, result, op);
+    reduce_slices(*sch, b, tensor, result, op, split);
     Step& out = sch->add_step();
     if (me == r) {
       for (int j = 0; j < n; ++j)
@@ -689,9 +645,9 @@ Completion scatter(const CallSetup& s, Tensor& output, const std::vector<Tensor>
 
 namespace {
 // Step 1 of the reduce-scatters: part j of every member's input goes to member j, which
-// reduces the parts in group-rank order into `output`.
+// reduces the parts into `output` in group-rank order (across hosts: reduce_members' order).
 void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& parts,
-                    Tensor output, ReduceOp op) {
+                    Tensor output, ReduceOp op, const std::optional<HostSplit>& split) {
   const int n = b.n(), me = b.me();
   const std::int64_t m = output.numel();
   Tensor stage = empty({m * n}, output.dtype());
@@ -709,7 +665,8 @@ void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& 
     std::vector<const std::byte*> inputs(n);
     for (int r = 0; r < n; ++r)
       inputs[r] = r == me ? bytes_of(own) : bytes_of(stage) + r * m * element_size(output.dtype());
-    reduce_in_order(op, output.dtype(), inputs, bytes_of(output), static_cast<std::size_t>(m), n);
+    reduce_members(op, output.dtype(), inputs, bytes_of(output), static_cast<std::size_t>(m), n,
+                   split);
   };
 }
 }  // namespace
@@ -727,7 +684,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
                        output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
   if (b.ok()) {
-    scatter_reduce(*sch, b, inputs, output, op);
+    scatter_reduce(*sch, b, inputs, output, op, split_by_host(s));
   }
   return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
 }
@@ -757,7 +714,7 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
     std::vector<Tensor> parts;
     for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
     sch->keep(input);
-    scatter_reduce(*sch, b, parts, output, op);
+    scatter_reduce(*sch, b, parts, output, op, split_by_host(s));
   }
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }

@@ -284,6 +284,22 @@ void reduce_order_in(const std::vector<int>& members, const dist::Group& group,
     dist::all_reduce(bits, dist::ReduceOp::BXOR, group);
     check(std::memcmp(bits.data_ptr(), want_xor.data_ptr(), bits.nbytes()) == 0,
           "reduce_order: all_reduce BXOR int64 " + at);
+    {  // reduce_scatter_tensor: member j's output is part j of the inputs, reduced alike
+      const int me = static_cast<int>(std::find(members.begin(), members.end(), rank) -
+                                      members.begin());
+      dist::Tensor in = dist::empty({count * n}, dist::kFloat32);
+      for (std::int64_t i = 0; i < count * n; ++i) in.data<float>()[i] = spread_value(rank, i);
+      dist::Tensor out = dist::empty({count}, dist::kFloat32);
+      dist::reduce_scatter_tensor(out, in, dist::ReduceOp::SUM, group);
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::vector<float> v;
+        for (int m : members) v.push_back(spread_value(m, me * count + i));
+        const float want = in_documented_order(members, v, plus);
+        check(std::memcmp(&want, &out.data<float>()[i], sizeof want) == 0,
+              "reduce_order: reduce_scatter_tensor SUM " + at + ", element " + std::to_string(i) +
+                  ": got " + bits_of(out.data<float>()[i]) + ", want " + bits_of(want));
+      }
+    }
     for (const int root : {members.front(), members.back(), members[n / 2]}) {
       x = input(rank);
       const dist::Tensor before = input(rank);
