@@ -145,11 +145,13 @@ void recv(Step& step, int peer, Tensor view) {
   step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
 }
 
-// A group whose members sit on several hosts, some host holding two or more of them: its
-// reductions and broadcasts go inside each host first (shared memory), then among one leader
-// per host (the only messages between hosts), then inside each host again. Hosts are taken
-// in the order of their first member's group rank, each host's members in group-rank order;
-// a host's leader is its first member (for reduce and broadcast the root leads its host).
+// A group whose members sit on several hosts, some host holding two or more of them. Its
+// reductions are evaluated host by host (reduce_members), whichever schedule moves the data;
+// small reductions and broadcasts go inside each host first (shared memory), then among one
+// leader per host (the only messages between hosts), then inside each host again. Hosts are
+// taken in the order of their first member's group rank, each host's members in group-rank
+// order; a host's leader is its first member (for reduce and broadcast the root leads its
+// host).
 struct HostSplit {
   std::vector<std::vector<int>> hosts;  // group ranks, per host
   int mine = 0;                         // this member's host
@@ -214,7 +216,8 @@ std::optional<HostSplit> split_by_host(const CallSetup& s) {
       split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
       shared = true;
     }
-    if (j == s.group.me) split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
+    if (j == s.group.me)
+      split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
   }
   if (split.hosts.size() < 2 || !shared) return std::nullopt;
   return split;
@@ -262,11 +265,12 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   step.after = [from, to] { copy_elements(from, to); };
 }
 
-// Steps 1 and 2 of a reduction across hosts (all_reduce, reduce). Step 1, inside each host:
-// the members send their input to the host's leader, which reduces its host's inputs in
-// group-rank order into its partial. Step 2, among the leaders: each leader but `root`'s
-// (all_reduce: every leader) sends its partial to `root`'s leader (every leader), which
-// reduces the partials in host order into `result`. So with hosts [0, 1] and [2, 3], SUM is
+// Steps 1 and 2 of a reduction across hosts on the leaders' schedule (all_reduce, reduce).
+// Step 1, inside each host: the members send their input to the host's leader, which reduces
+// its host's inputs in group-rank order into its partial. Step 2, among the leaders: for
+// all_reduce (`root` -1) every leader sends its partial to every other leader and each
+// reduces the partials in host order into `result`; for reduce the other leaders send theirs
+// to the root (its host's leader), which does. So with hosts [0, 1] and [2, 3], SUM is
 // (x0 + x1) + (x2 + x3) on every rank, bitwise. AVG sums inside the hosts and divides the
 // sum of the partials by the group's size; half and bfloat16 partials are rounded to their
 // dtype. `partial`: where a leader keeps its partial (its input, when it reduces in place);
@@ -496,8 +500,8 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);
-    reduce_slices(*sch, b, tensor, view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op,
-                  split);
+    reduce_slices(*sch, b, tensor,
+                  view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op, split);
     Step& out = sch->add_step();
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;

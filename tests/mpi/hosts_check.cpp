@@ -333,6 +333,26 @@ void reduce_order() {
     if (hosts[r] == hosts[0]) first_host.push_back(r);
   const dist::Group inside = dist::new_group(first_host);
   if (hosts[rank] == hosts[0]) reduce_order_in(first_host, inside, "group inside rank 0's host");
+  // Members that disagree (the last rank with one element more, or MAX instead of SUM) raise
+  // on every member, on the leaders' schedule and the flat one, and the group goes on.
+  for (const std::int64_t count : {5, 20001}) {
+    for (const bool other_op : {false, true}) {
+      const bool odd = rank == world - 1;
+      dist::Tensor x = dist::full({odd && !other_op ? count + 1 : count}, 1, dist::kFloat32);
+      std::string said;
+      try {
+        dist::all_reduce(x, odd && other_op ? dist::ReduceOp::MAX : dist::ReduceOp::SUM);
+      } catch (const dist::InvalidArgument& e) {
+        said = e.what();
+      }
+      check(!said.empty(), "reduce_order: a disagreeing all_reduce of " + std::to_string(count) +
+                               " elements returned on rank " + std::to_string(rank));
+    }
+  }
+  dist::Tensor x = dist::full({3}, 1, dist::kFloat32);
+  dist::all_reduce(x);
+  check(x.data<float>()[2] == static_cast<float>(world), "reduce_order: all_reduce after a "
+                                                          "disagreement");
 }
 
 // Every MPI_Isend of the process (shmdist's own included: libshmdist is static and resolves
