@@ -147,10 +147,10 @@ void recv(Step& step, int peer, Tensor view) {
 
 // A group whose members sit on several hosts, some host holding two or more of them. Its
 // reductions are evaluated host by host (reduce_members), whichever schedule moves the data;
-// small reductions and broadcasts go inside each host first (shared memory), then among one
-// leader per host (the only messages between hosts), then inside each host again. Hosts are
-// taken in the order of their first member's group rank, each host's members in group-rank
-// order; a host's leader is its first member (for reduce and broadcast the root leads its
+// a small all_reduce and every broadcast go inside each host first (shared memory), then
+// among one leader per host (the only messages between hosts), then inside each host again.
+// Hosts are taken in the order of their first member's group rank, each host's members in
+// group-rank order; a host's leader is its first member (for broadcast the root leads its
 // host).
 struct HostSplit {
   std::vector<std::vector<int>> hosts;  // group ranks, per host
@@ -164,38 +164,45 @@ struct HostSplit {
   }
 };
 
-// all_reduce and reduce across hosts take the leaders' schedule (reduce_across_hosts) below
-// this size, and the flat one (reduce_slices, in the same order) from it on: measured on
-// 2 emulated hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between
-// hosts win for small tensors; for large ones every member moving its slice at once wins
-// (the leaders' schedule was 2-4x slower from 128 KiB up).
+// all_reduce across hosts takes the leaders' schedule (reduce_across_hosts) below this size,
+// and the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated
+// hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win
+// for small tensors; for large ones every member moving its slice at once wins (the
+// leaders' schedule was 2-4x slower from 128 KiB up).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
 // host's inputs in group-rank order, then the host partials in host order, the partials
 // rounded to the dtype (the leaders' schedule computes exactly this); without, group-rank
-// order. `out` may be one of the inputs.
+// order. `out` may be one of the inputs. Across hosts it goes block by block, so that the
+// partials stay in the cache and a large slice needs no large buffer (a fresh buffer of the
+// slice's size cost the 16 MiB all_reduce half its speed: page faults).
 void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                     std::byte* out, std::size_t count, int n,
                     const std::optional<HostSplit>& split) {
   if (!split) return reduce_in_order(op, dtype, inputs, out, count, n);
+  constexpr std::size_t kBlock = 4096;  // elements: 32 KiB of float64 partials per host
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
-  const std::size_t hosts = split->hosts.size(), size = count * element_size(dtype);
-  Tensor stage = empty({static_cast<std::int64_t>(count * hosts)}, dtype);
+  const std::size_t hosts = split->hosts.size(), es = element_size(dtype);
+  const std::size_t block = std::min(count, kBlock);
+  Tensor stage = empty({static_cast<std::int64_t>(block * hosts)}, dtype);
   std::vector<const std::byte*> partials(hosts), members;
-  for (std::size_t h = 0; h < hosts; ++h) {
-    const std::vector<int>& host = split->hosts[h];
-    if (host.size() == 1) {
-      partials[h] = inputs[static_cast<std::size_t>(host[0])];
-      continue;
+  for (std::size_t at = 0; at < count; at += block) {
+    const std::size_t len = std::min(block, count - at);
+    for (std::size_t h = 0; h < hosts; ++h) {
+      const std::vector<int>& host = split->hosts[h];
+      if (host.size() == 1) {
+        partials[h] = inputs[static_cast<std::size_t>(host[0])] + at * es;
+        continue;
+      }
+      members.clear();
+      for (int j : host) members.push_back(inputs[static_cast<std::size_t>(j)] + at * es);
+      std::byte* partial = bytes_of(stage) + h * block * es;
+      reduce_in_order(inside, dtype, members, partial, len, n);
+      partials[h] = partial;
     }
-    members.clear();
-    for (int j : host) members.push_back(inputs[static_cast<std::size_t>(j)]);
-    std::byte* partial = bytes_of(stage) + h * size;
-    reduce_in_order(inside, dtype, members, partial, count, n);
-    partials[h] = partial;
+    reduce_in_order(op, dtype, partials, out + at * es, len, n);
   }
-  reduce_in_order(op, dtype, partials, out, count, n);
 }
 
 // The split of the call's group, or nullopt when the flat schedule serves as well: the job
@@ -265,37 +272,30 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   step.after = [from, to] { copy_elements(from, to); };
 }
 
-// Steps 1 and 2 of a reduction across hosts on the leaders' schedule (all_reduce, reduce).
-// Step 1, inside each host: the members send their input to the host's leader, which reduces
-// its host's inputs in group-rank order into its partial. Step 2, among the leaders: for
-// all_reduce (`root` -1) every leader sends its partial to every other leader and each
-// reduces the partials in host order into `result`; for reduce the other leaders send theirs
-// to the root (its host's leader), which does. So with hosts [0, 1] and [2, 3], SUM is
-// (x0 + x1) + (x2 + x3) on every rank, bitwise. AVG sums inside the hosts and divides the
-// sum of the partials by the group's size; half and bfloat16 partials are rounded to their
-// dtype. `partial`: where a leader keeps its partial (its input, when it reduces in place);
-// undefined: a buffer of its own (or the input, when its host has no other member).
+// Steps 1 and 2 of all_reduce across hosts on the leaders' schedule. Step 1, inside each
+// host: the members send their tensor to the host's leader, which reduces its host's inputs
+// in group-rank order into its tensor (its host's partial). Step 2, among the leaders: every
+// leader sends its partial to every other leader and each reduces the partials in host
+// order into its tensor. So with hosts [0, 1] and [2, 3], SUM is (x0 + x1) + (x2 + x3) on
+// every rank, bitwise: reduce_members' order. AVG sums inside the hosts and divides the sum
+// of the partials by the group's size; float16 and bfloat16 partials are rounded to their
+// dtype.
 void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split,
-                         const Tensor& input, Tensor partial, Tensor result, ReduceOp op,
-                         int root) {
-  const DType dtype = input.dtype();
-  const std::int64_t count = input.numel();
+                         const Tensor& tensor, ReduceOp op) {
+  const DType dtype = tensor.dtype();
+  const std::int64_t count = tensor.numel();
   const std::size_t size = static_cast<std::size_t>(count) * element_size(dtype);
-  const std::vector<int> leaders = split.leaders(root);
+  const std::vector<int> leaders = split.leaders(-1);
   const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
   const int lead = leaders[static_cast<std::size_t>(split.mine)];
   const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(leaders.size());
-  const int n = b.n();
+  const int n = b.n(), mine = split.mine;
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
-  if (!partial.defined()) partial = b.me() == lead && k > 1 ? empty({count}, dtype) : input;
-  if (!result.defined()) result = partial;
-  sch.keep(input);
-  sch.keep(partial);
-  sch.keep(result);
+  sch.keep(tensor);
 
   Step& gather = sch.add_step();
   if (b.me() != lead) {
-    send(gather, b.members()[lead], input);
+    send(gather, b.members()[lead], tensor);
   } else if (k > 1) {
     Tensor stage = empty({count * k}, dtype);  // mate i's input at i * count (own: unused)
     sch.keep(stage);
@@ -304,32 +304,25 @@ void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split
     gather.after = [=] {
       std::vector<const std::byte*> inputs(k);
       for (int i = 0; i < k; ++i)
-        inputs[i] = mates[i] == lead ? bytes_of(input) : bytes_of(stage) + i * size;
-      reduce_in_order(inside, dtype, inputs, bytes_of(partial), static_cast<std::size_t>(count), n);
+        inputs[i] = mates[i] == lead ? bytes_of(tensor) : bytes_of(stage) + i * size;
+      reduce_in_order(inside, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
     };
-  } else {
-    gather.after = [=] { copy_elements(input, partial); };
   }
 
   Step& among = sch.add_step();
   if (b.me() != lead) return;
-  if (root >= 0 && b.me() != root) {  // reduce: another host's leader
-    send(among, b.members()[root], partial);
-    return;
-  }
   Tensor stage = empty({count * hosts}, dtype);  // host h's partial at h * count (own: unused)
   sch.keep(stage);
   for (int h = 0; h < hosts; ++h) {
-    if (h == split.mine) continue;
-    if (root < 0) send(among, b.members()[leaders[h]], partial);
+    if (h == mine) continue;
+    send(among, b.members()[leaders[h]], tensor);
     recv(among, b.members()[leaders[h]], view_of(stage, h * count, count));
   }
-  const int mine = split.mine;
   among.after = [=] {
     std::vector<const std::byte*> inputs(hosts);
     for (int h = 0; h < hosts; ++h)
-      inputs[h] = h == mine ? bytes_of(partial) : bytes_of(stage) + h * size;
-    reduce_in_order(op, dtype, inputs, bytes_of(result), static_cast<std::size_t>(count), n);
+      inputs[h] = h == mine ? bytes_of(tensor) : bytes_of(stage) + h * size;
+    reduce_in_order(op, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
   };
 }
 
@@ -492,7 +485,7 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   const std::optional<HostSplit> split = split_by_host(s);
   if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
     const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
-    reduce_across_hosts(*sch, b, *split, tensor, tensor, tensor, op, -1);
+    reduce_across_hosts(*sch, b, *split, tensor, op);
     spread_inside_host(*sch, b, *split, lead, tensor);
     return finish(sch, tensor.nbytes());
   }
@@ -524,13 +517,9 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  // Across hosts: the flat schedule at every size, reduced host by host (the leaders' was
+  // not measurably faster for reduce, docs/hosts.md).
   const std::optional<HostSplit> split = split_by_host(s);
-  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
-    // Only the root's tensor is written: the other leaders reduce into a buffer.
-    reduce_across_hosts(*sch, b, *split, tensor, b.me() == r ? tensor : Tensor(),
-                        b.me() == r ? tensor : Tensor(), op, r);
-    return finish(sch, tensor.nbytes());
-  }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
