@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <set>
@@ -65,8 +66,17 @@ JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
   };
   // One segment per host, named from the job and the host identity.
   // Its slots are numbered by local rank; every text names the global rank.
-  return join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
-                            mpi_job_id() + "/host:" + me, options, config, wrap, local_members);
+  JoinedWorld joined =
+      join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
+                         mpi_job_id() + "/host:" + me, options, config, wrap, local_members);
+  // Every rank has every rank's identity, so all number the hosts alike: by lowest rank.
+  std::vector<std::string> seen;
+  for (int r = 0; r < world; ++r) {
+    const auto at = std::find(seen.begin(), seen.end(), ids[r]);
+    joined.host_of.push_back(static_cast<int>(at - seen.begin()));
+    if (at == seen.end()) seen.push_back(ids[r]);
+  }
+  return joined;
 }
 
 }  // namespace shmdist::detail

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <shmdist/process_group.hpp>
 
@@ -28,6 +29,10 @@ struct JoinedWorld {
   int rank = -1;          // global rank (the link's transport's)
   int segment_rank = -1;  // rank in this host's segment (= rank unless the job spans hosts)
   int world = 0;          // ranks in the job (the transport's)
+  // A job across hosts: the host of every global rank, hosts numbered 0, 1, ... in the order
+  // of their lowest global rank (collectives reduce inside each host first). Empty when the
+  // job is on one host.
+  std::vector<int> host_of;
   std::chrono::milliseconds timeout{0};
   bool supervised = false;  // a launcher records how ranks end (shmrun, launch())
   config::Config config;    // the job's SHMDIST_* settings, as the join read them

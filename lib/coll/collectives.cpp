@@ -147,10 +147,96 @@ void recv(Step& step, int peer, Tensor view) {
   step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
 }
 
+// A group whose members sit on several hosts, some host holding two or more of them. Its
+// reductions are evaluated host by host (reduce_members), whichever schedule moves the data;
+// a small all_reduce and every broadcast go inside each host first (shared memory), then
+// among one leader per host (the only messages between hosts), then inside each host again.
+// Hosts are taken in the order of their first member's group rank, each host's members in
+// group-rank order; a host's leader is its first member (for broadcast the root leads its
+// host).
+struct HostSplit {
+  std::vector<std::vector<int>> hosts;  // group ranks, per host
+  int mine = 0;                         // this member's host
+  // Each host's leader (group rank); `root` (a group rank, or -1) leads its own host.
+  std::vector<int> leaders(int root) const {
+    std::vector<int> out;
+    for (const auto& h : hosts)
+      out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
+    return out;
+  }
+};
+
+// all_reduce across hosts takes the leaders' schedule (reduce_across_hosts) below this size,
+// and the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated
+// hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win
+// for small tensors; for large ones every member moving its slice at once wins (the
+// leaders' schedule was 2-4x slower from 128 KiB up).
+constexpr std::uint64_t kLeadersBelow = 64 * 1024;
+
+// Reduces the members' inputs (by group rank) in the documented order: with a split, each
+// host's inputs in group-rank order, then the host partials in host order, the partials
+// rounded to the dtype (the leaders' schedule computes exactly this); without, group-rank
+// order. `out` may be one of the inputs. Across hosts it goes block by block, so that the
+// partials stay in the cache and a large slice needs no large buffer (a fresh buffer of the
+// slice's size cost the 16 MiB all_reduce half its speed: page faults).
+void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
+                    std::byte* out, std::size_t count, int n,
+                    const std::optional<HostSplit>& split) {
+  if (!split) return reduce_in_order(op, dtype, inputs, out, count, n);
+  constexpr std::size_t kBlock = 4096;  // elements: 32 KiB of float64 partials per host
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  const std::size_t hosts = split->hosts.size(), es = element_size(dtype);
+  const std::size_t block = std::min(count, kBlock);
+  Tensor stage = empty({static_cast<std::int64_t>(block * hosts)}, dtype);
+  std::vector<const std::byte*> partials(hosts), members;
+  for (std::size_t at = 0; at < count; at += block) {
+    const std::size_t len = std::min(block, count - at);
+    for (std::size_t h = 0; h < hosts; ++h) {
+      const std::vector<int>& host = split->hosts[h];
+      if (host.size() == 1) {
+        partials[h] = inputs[static_cast<std::size_t>(host[0])] + at * es;
+        continue;
+      }
+      members.clear();
+      for (int j : host) members.push_back(inputs[static_cast<std::size_t>(j)] + at * es);
+      std::byte* partial = bytes_of(stage) + h * block * es;
+      reduce_in_order(inside, dtype, members, partial, len, n);
+      partials[h] = partial;
+    }
+    reduce_in_order(op, dtype, partials, out + at * es, len, n);
+  }
+}
+
+// The split of the call's group, or nullopt when the flat schedule serves as well: the job
+// is on one host, the group inside one host, or every host holds one member (then the host
+// order is the group-rank order and the flat schedule's result is the same bits).
+std::optional<HostSplit> split_by_host(const CallSetup& s) {
+  if (s.host_of.empty()) return std::nullopt;
+  HostSplit split;
+  std::vector<int> ids;  // host id of split.hosts[i]
+  bool shared = false;
+  for (int j = 0; j < s.group.size(); ++j) {
+    const int host = s.host_of[static_cast<std::size_t>(s.group.members[j])];
+    const auto at = std::find(ids.begin(), ids.end(), host);
+    if (at == ids.end()) {
+      ids.push_back(host);
+      split.hosts.push_back({j});
+    } else {
+      split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
+      shared = true;
+    }
+    if (j == s.group.me)
+      split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
+  }
+  if (split.hosts.size() < 2 || !shared) return std::nullopt;
+  return split;
+}
+
 // Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
-// and reduces the n contributions in group-rank order into `result` (slice-sized).
+// and reduces the n contributions into `result` (slice-sized), in group-rank order (across
+// hosts: reduce_members' order).
 void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor result,
-                   ReduceOp op) {
+                   ReduceOp op, const std::optional<HostSplit>& split) {
   const int n = b.n(), me = b.me();
   const std::int64_t count = input.numel();
   const std::int64_t m = slice_len(count, n, me);
@@ -167,7 +253,8 @@ void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor 
     for (int r = 0; r < n; ++r)
       inputs[r] = r == me ? bytes_of(input) + slice_begin(count, n, me) * element_size(input.dtype())
                           : bytes_of(stage) + r * m * element_size(input.dtype());
-    reduce_in_order(op, input.dtype(), inputs, bytes_of(result), static_cast<std::size_t>(m), n);
+    reduce_members(op, input.dtype(), inputs, bytes_of(result), static_cast<std::size_t>(m), n,
+                   split);
   };
 }
 
@@ -185,6 +272,72 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   }
   Tensor from = sends[b.me()], to = recvs[b.me()];
   step.after = [from, to] { copy_elements(from, to); };
+}
+
+// Steps 1 and 2 of all_reduce across hosts on the leaders' schedule. Step 1, inside each
+// host: the members send their tensor to the host's leader, which reduces its host's inputs
+// in group-rank order into its tensor (its host's partial). Step 2, among the leaders: every
+// leader sends its partial to every other leader and each reduces the partials in host
+// order into its tensor. So with hosts [0, 1] and [2, 3], SUM is (x0 + x1) + (x2 + x3) on
+// every rank, bitwise: reduce_members' order. AVG sums inside the hosts and divides the sum
+// of the partials by the group's size; float16 and bfloat16 partials are rounded to their
+// dtype.
+void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split,
+                         const Tensor& tensor, ReduceOp op) {
+  const DType dtype = tensor.dtype();
+  const std::int64_t count = tensor.numel();
+  const std::size_t size = static_cast<std::size_t>(count) * element_size(dtype);
+  const std::vector<int> leaders = split.leaders(-1);
+  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
+  const int lead = leaders[static_cast<std::size_t>(split.mine)];
+  const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(leaders.size());
+  const int n = b.n(), mine = split.mine;
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  sch.keep(tensor);
+
+  Step& gather = sch.add_step();
+  if (b.me() != lead) {
+    send(gather, b.members()[lead], tensor);
+  } else if (k > 1) {
+    Tensor stage = empty({count * k}, dtype);  // mate i's input at i * count (own: unused)
+    sch.keep(stage);
+    for (int i = 0; i < k; ++i)
+      if (mates[i] != lead) recv(gather, b.members()[mates[i]], view_of(stage, i * count, count));
+    gather.after = [=] {
+      std::vector<const std::byte*> inputs(k);
+      for (int i = 0; i < k; ++i)
+        inputs[i] = mates[i] == lead ? bytes_of(tensor) : bytes_of(stage) + i * size;
+      reduce_in_order(inside, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
+    };
+  }
+
+  Step& among = sch.add_step();
+  if (b.me() != lead) return;
+  Tensor stage = empty({count * hosts}, dtype);  // host h's partial at h * count (own: unused)
+  sch.keep(stage);
+  for (int h = 0; h < hosts; ++h) {
+    if (h == mine) continue;
+    send(among, b.members()[leaders[h]], tensor);
+    recv(among, b.members()[leaders[h]], view_of(stage, h * count, count));
+  }
+  among.after = [=] {
+    std::vector<const std::byte*> inputs(hosts);
+    for (int h = 0; h < hosts; ++h)
+      inputs[h] = h == mine ? bytes_of(tensor) : bytes_of(stage) + h * size;
+    reduce_in_order(op, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
+  };
+}
+
+// Step 3 of all_reduce across hosts, and broadcast across hosts from a leader: each host's
+// leader sends `tensor` to its host's other members.
+void spread_inside_host(Schedule& sch, const Builder& b, const HostSplit& split, int lead,
+                        const Tensor& tensor) {
+  Step& out = sch.add_step();
+  for (int j : split.hosts[static_cast<std::size_t>(split.mine)]) {
+    if (j == lead) continue;
+    if (b.me() == lead) send(out, b.members()[j], tensor);
+    else if (b.me() == j) recv(out, b.members()[lead], tensor);
+  }
 }
 
 Completion finish(const std::shared_ptr<Schedule>& sch, std::uint64_t bytes) {
@@ -362,6 +515,26 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
     return run_on_lane(s, b, plan_broadcast(*s.lane, tensor, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  if (b.ok() && tensor.numel() > 0) {
+    if (const auto split = split_by_host(s)) {
+      // The root sends to its host's members and to the other hosts' leaders, which pass it
+      // on inside their hosts: one message to each other host.
+      sch->keep(tensor);
+      const std::vector<int> leaders = split->leaders(r);
+      Step& first = sch->add_step();
+      for (std::size_t h = 0; h < split->hosts.size(); ++h) {
+        const bool root_host = leaders[h] == r;
+        for (int j : split->hosts[h]) {
+          if (j == r || (!root_host && j != leaders[h])) continue;  // reached in step 2
+          if (b.me() == r) send(first, b.members()[j], tensor);
+          else if (b.me() == j) recv(first, b.members()[r], tensor);
+        }
+      }
+      const int lead = leaders[static_cast<std::size_t>(split->mine)];
+      if (lead != r) spread_inside_host(*sch, b, *split, lead, tensor);
+      return finish(sch, tensor.nbytes());
+    }
+  }
   if (b.ok()) {
     sch->keep(tensor);
     Step& step = sch->add_step();
@@ -393,11 +566,19 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  const std::optional<HostSplit> split = split_by_host(s);
+  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
+    const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
+    reduce_across_hosts(*sch, b, *split, tensor, op);
+    spread_inside_host(*sch, b, *split, lead, tensor);
+    return finish(sch, tensor.nbytes());
+  }
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);
-    reduce_slices(*sch, b, tensor, view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op);
+    reduce_slices(*sch, b, tensor,
+                  view_of(tensor, slice_begin(count, n, me), slice_len(count, n, me)), op, split);
     Step& out = sch->add_step();
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -420,6 +601,9 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, r, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
+  // Across hosts: the flat schedule at every size, reduced host by host (the leaders' was
+  // not measurably faster for reduce, docs/hosts.md).
+  const std::optional<HostSplit> split = split_by_host(s);
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
@@ -428,7 +612,7 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
     // Only the root's tensor is written: the others reduce into a private buffer.
     Tensor result = me == r ? view_of(tensor, slice_begin(count, n, me), m) : empty({m}, tensor.dtype());
     sch->keep(result);
-    reduce_slices(*sch, b, tensor, result, op);
+    reduce_slices(*sch, b, tensor, result, op, split);
     Step& out = sch->add_step();
     if (me == r) {
       for (int j = 0; j < n; ++j)
@@ -538,9 +722,9 @@ Completion scatter(const CallSetup& s, Tensor& output, const std::vector<Tensor>
 
 namespace {
 // Step 1 of the reduce-scatters: part j of every member's input goes to member j, which
-// reduces the parts in group-rank order into `output`.
+// reduces the parts into `output` in group-rank order (across hosts: reduce_members' order).
 void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& parts,
-                    Tensor output, ReduceOp op) {
+                    Tensor output, ReduceOp op, const std::optional<HostSplit>& split) {
   const int n = b.n(), me = b.me();
   const std::int64_t m = output.numel();
   Tensor stage = empty({m * n}, output.dtype());
@@ -558,7 +742,8 @@ void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& 
     std::vector<const std::byte*> inputs(n);
     for (int r = 0; r < n; ++r)
       inputs[r] = r == me ? bytes_of(own) : bytes_of(stage) + r * m * element_size(output.dtype());
-    reduce_in_order(op, output.dtype(), inputs, bytes_of(output), static_cast<std::size_t>(m), n);
+    reduce_members(op, output.dtype(), inputs, bytes_of(output), static_cast<std::size_t>(m), n,
+                   split);
   };
 }
 }  // namespace
@@ -576,7 +761,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
                        output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
   if (b.ok()) {
-    scatter_reduce(*sch, b, inputs, output, op);
+    scatter_reduce(*sch, b, inputs, output, op, split_by_host(s));
   }
   return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
 }
@@ -606,7 +791,7 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
     std::vector<Tensor> parts;
     for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
     sch->keep(input);
-    scatter_reduce(*sch, b, parts, output, op);
+    scatter_reduce(*sch, b, parts, output, op, split_by_host(s));
   }
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }

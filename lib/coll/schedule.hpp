@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ struct CallSetup {
   std::uint64_t seq = 0;  // per group, counted by every member alike
   ShmLane* lane = nullptr;  // the world group's lane, when the segment has one
   bool blocking = false;    // the caller waits for the result (not async_op)
+  // A job across hosts: the host of every global rank (hosts numbered from 0 in the order of
+  // their lowest global rank); empty on one host. A group spanning hosts reduces, broadcasts
+  // inside each host first (collectives.cpp, HostSplit).
+  std::span<const int> host_of;
 };
 
 struct Transfer {

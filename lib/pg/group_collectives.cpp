@@ -24,6 +24,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.seq = info.id == 0 ? ++s.world_collective_seq : ++s.collective_seq[info.id];
   if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
   setup.blocking = blocking;
+  setup.host_of = s.host_of;
   return setup;
 }
 

@@ -26,6 +26,7 @@ struct ProcessGroup::Impl {
   int rank = -1;          // global rank
   int segment_rank = -1;  // rank in this host's segment (= rank unless the job spans hosts)
   int world = 0;
+  std::vector<int> host_of;  // a job across hosts: every global rank's host (JoinedWorld)
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<const detail::GroupInfo> world_group;
   std::uint32_t next_group_id = 1;

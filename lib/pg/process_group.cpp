@@ -41,8 +41,8 @@ inline void check_tensor(const Tensor& t, const char* call) {
 
 ProcessGroup::Impl::Impl(detail::JoinedWorld joined)
     : segment(std::move(joined.segment)), rank(joined.rank), segment_rank(joined.segment_rank),
-      world(joined.world), timeout(joined.timeout), supervised(joined.supervised),
-      after_destroy(std::move(joined.after_destroy)) {
+      world(joined.world), host_of(std::move(joined.host_of)), timeout(joined.timeout),
+      supervised(joined.supervised), after_destroy(std::move(joined.after_destroy)) {
   const config::Config& config = joined.config;
   // The job's CPU count, one answer for the engine's spin policy and the world lane.
   const int cpus = cpus::for_job(config.local_cpus);

@@ -10,7 +10,10 @@
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <new>
@@ -163,6 +166,193 @@ void collectives() {
   w.wait();
   check(x.data<double>()[0] == world * (world - 1) / 2.0, "collectives: async all_reduce MAX");
   dist::barrier();
+}
+
+// Each rank's host, from SHMDIST_TEST_HOSTS ("a,a,b,b"; unset: one host).
+std::vector<std::string> hosts_of_ranks() {
+  std::vector<std::string> hosts(world, "");
+  const char* list = std::getenv("SHMDIST_TEST_HOSTS");
+  std::string rest = list ? list : "";
+  for (int r = 0; r < world && !rest.empty(); ++r) {
+    const auto comma = rest.find(',');
+    hosts[r] = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return hosts;
+}
+
+// A float32 whose sums depend on their order: magnitudes from 2^-12 to 2^20, either sign.
+float spread_value(int r, std::int64_t i) {
+  const std::uint32_t h = static_cast<std::uint32_t>(r * 2654435761u) ^
+                          static_cast<std::uint32_t>(i * 40503u + 17u) * 2246822519u;
+  const int mantissa = static_cast<int>(h % 2001) - 1000;
+  return std::ldexp(static_cast<float>(mantissa) + 0.37f * static_cast<float>(r + 1),
+                    static_cast<int>((h >> 12) % 33) - 22);
+}
+
+// docs/semantics.md's order across hosts: inside each host in group-rank order, then the
+// host partials in the order of their first member (one host: group-rank order).
+template <class T, class Op>
+T in_documented_order(const std::vector<int>& members, const std::vector<T>& values, Op op) {
+  const std::vector<std::string> hosts = hosts_of_ranks();
+  std::vector<std::string> seen;
+  std::vector<T> partials;
+  for (std::size_t j = 0; j < members.size(); ++j) {
+    const std::string& h = hosts[members[j]];
+    const auto at = std::find(seen.begin(), seen.end(), h);
+    if (at == seen.end()) {
+      seen.push_back(h);
+      partials.push_back(values[j]);
+    } else {
+      T& p = partials[at - seen.begin()];
+      p = op(p, values[j]);
+    }
+  }
+  T result = partials[0];
+  for (std::size_t h = 1; h < partials.size(); ++h) result = op(result, partials[h]);
+  return result;
+}
+
+std::string bits_of(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return std::to_string(v) + " (0x" + [&] {
+    char b[9];
+    std::snprintf(b, sizeof b, "%08x", u);
+    return std::string(b);
+  }() + ")";
+}
+
+// all_reduce and reduce over `members` (this rank among them) give bitwise the documented
+// order's result for values whose order matters, for every op, at odd sizes, below and above
+// the one-MPI-message limit (32 KiB) and the size from which all_reduce across hosts works by
+// slices (64 KiB: 20001 floats); broadcast reaches every member from 3 roots.
+void reduce_order_in(const std::vector<int>& members, const dist::Group& group,
+                     const std::string& where) {
+  const int n = static_cast<int>(members.size());
+  const auto plus = [](float a, float b) { return a + b; };
+  for (const std::int64_t count : {1, 7, 1001, 12289, 20001}) {
+    const std::string at = where + ", " + std::to_string(count) + " elements";
+    const auto input = [&](int r) {
+      dist::Tensor t = dist::empty({count}, dist::kFloat32);
+      for (std::int64_t i = 0; i < count; ++i) t.data<float>()[i] = spread_value(r, i);
+      return t;
+    };
+    const auto expect = [&](const dist::Tensor& got, auto op, const std::string& what) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::vector<float> v;
+        for (int m : members) v.push_back(spread_value(m, i));
+        const float want = in_documented_order(members, v, op);
+        const float have = got.data<float>()[i];
+        if (std::memcmp(&want, &have, sizeof want) != 0)
+          throw std::runtime_error("reduce_order: " + what + " " + at + ", element " +
+                                   std::to_string(i) + ": got " + bits_of(have) + ", the documented "
+                                   "order gives " + bits_of(want));
+      }
+    };
+    dist::Tensor x = input(rank);
+    dist::all_reduce(x, dist::ReduceOp::SUM, group);
+    expect(x, plus, "all_reduce SUM");
+    x = input(rank);
+    dist::all_reduce(x, dist::ReduceOp::AVG, group);
+    {  // AVG: the documented order's sum divided by the group size, in float32
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::vector<float> v;
+        for (int m : members) v.push_back(spread_value(m, i));
+        const float want = in_documented_order(members, v, plus) / static_cast<float>(n);
+        check(std::memcmp(&want, &x.data<float>()[i], sizeof want) == 0,
+              "reduce_order: all_reduce AVG " + at + ", element " + std::to_string(i) + ": got " +
+                  bits_of(x.data<float>()[i]) + ", want " + bits_of(want));
+      }
+    }
+    x = input(rank);
+    dist::all_reduce(x, dist::ReduceOp::PRODUCT, group);
+    expect(x, [](float a, float b) { return a * b; }, "all_reduce PRODUCT");
+    x = input(rank);
+    dist::all_reduce(x, dist::ReduceOp::MIN, group);
+    expect(x, [](float a, float b) { return b < a ? b : a; }, "all_reduce MIN");
+    x = input(rank);
+    dist::all_reduce(x, dist::ReduceOp::MAX, group);
+    expect(x, [](float a, float b) { return a < b ? b : a; }, "all_reduce MAX");
+    dist::Tensor bits = dist::full({count}, 0, dist::kInt64);
+    for (std::int64_t i = 0; i < count; ++i)
+      bits.data<std::int64_t>()[i] = (std::int64_t{rank + 3} << (i % 50)) ^ (i * 0x9e3779b9LL);
+    dist::Tensor want_xor = dist::zeros(count, dist::kInt64);
+    for (int m : members)
+      for (std::int64_t i = 0; i < count; ++i)
+        want_xor.data<std::int64_t>()[i] ^= (std::int64_t{m + 3} << (i % 50)) ^ (i * 0x9e3779b9LL);
+    dist::all_reduce(bits, dist::ReduceOp::BXOR, group);
+    check(std::memcmp(bits.data_ptr(), want_xor.data_ptr(), bits.nbytes()) == 0,
+          "reduce_order: all_reduce BXOR int64 " + at);
+    {  // reduce_scatter_tensor: member j's output is part j of the inputs, reduced alike
+      const int me = static_cast<int>(std::find(members.begin(), members.end(), rank) -
+                                      members.begin());
+      dist::Tensor in = dist::empty({count * n}, dist::kFloat32);
+      for (std::int64_t i = 0; i < count * n; ++i) in.data<float>()[i] = spread_value(rank, i);
+      dist::Tensor out = dist::empty({count}, dist::kFloat32);
+      dist::reduce_scatter_tensor(out, in, dist::ReduceOp::SUM, group);
+      for (std::int64_t i = 0; i < count; ++i) {
+        std::vector<float> v;
+        for (int m : members) v.push_back(spread_value(m, me * count + i));
+        const float want = in_documented_order(members, v, plus);
+        check(std::memcmp(&want, &out.data<float>()[i], sizeof want) == 0,
+              "reduce_order: reduce_scatter_tensor SUM " + at + ", element " + std::to_string(i) +
+                  ": got " + bits_of(out.data<float>()[i]) + ", want " + bits_of(want));
+      }
+    }
+    for (const int root : {members.front(), members.back(), members[n / 2]}) {
+      x = input(rank);
+      const dist::Tensor before = input(rank);
+      dist::reduce(x, root, dist::ReduceOp::SUM, group);
+      if (rank == root) expect(x, plus, "reduce SUM to " + std::to_string(root));
+      else check(std::memcmp(x.data_ptr(), before.data_ptr(), x.nbytes()) == 0,
+                 "reduce_order: reduce to " + std::to_string(root) + " changed rank " +
+                     std::to_string(rank) + "'s tensor " + at);
+      dist::Tensor b = rank == root ? input(root) : dist::zeros(count, dist::kFloat32);
+      dist::broadcast(b, root, group);
+      const dist::Tensor want = input(root);
+      check(std::memcmp(b.data_ptr(), want.data_ptr(), b.nbytes()) == 0,
+            "reduce_order: broadcast from " + std::to_string(root) + " " + at);
+    }
+  }
+}
+
+// The documented order on the world group, on a group of the first, a middle and the last
+// rank (spanning hosts), and on a group of the ranks on rank 0's host (inside one host).
+void reduce_order() {
+  std::vector<int> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r;
+  reduce_order_in(all, {}, "world group");
+  std::vector<int> some = {0, world / 2, world - 1};
+  some.erase(std::unique(some.begin(), some.end()), some.end());
+  const dist::Group spread = dist::new_group(some);
+  if (std::count(some.begin(), some.end(), rank)) reduce_order_in(some, spread, "group of ends");
+  const std::vector<std::string> hosts = hosts_of_ranks();
+  std::vector<int> first_host;
+  for (int r = 0; r < world; ++r)
+    if (hosts[r] == hosts[0]) first_host.push_back(r);
+  const dist::Group inside = dist::new_group(first_host);
+  if (hosts[rank] == hosts[0]) reduce_order_in(first_host, inside, "group inside rank 0's host");
+  // Members that disagree (the last rank with one element more, or MAX instead of SUM) raise
+  // on every member, on the leaders' schedule and the flat one, and the group goes on.
+  for (const std::int64_t count : {5, 20001}) {
+    for (const bool other_op : {false, true}) {
+      const bool odd = rank == world - 1;
+      dist::Tensor x = dist::full({odd && !other_op ? count + 1 : count}, 1, dist::kFloat32);
+      std::string said;
+      try {
+        dist::all_reduce(x, odd && other_op ? dist::ReduceOp::MAX : dist::ReduceOp::SUM);
+      } catch (const dist::InvalidArgument& e) {
+        said = e.what();
+      }
+      check(!said.empty(), "reduce_order: a disagreeing all_reduce of " + std::to_string(count) +
+                               " elements returned on rank " + std::to_string(rank));
+    }
+  }
+  dist::Tensor x = dist::full({3}, 1, dist::kFloat32);
+  dist::all_reduce(x);
+  check(x.data<float>()[2] == static_cast<float>(world), "reduce_order: all_reduce after a "
+                                                          "disagreement");
 }
 
 // Every MPI_Isend of the process (shmdist's own included: libshmdist is static and resolves
@@ -336,7 +526,8 @@ int main(int argc, char** argv) {
     const bool trace = std::getenv("HOSTS_CHECK_TRACE") != nullptr;
     const std::pair<const char*, void (*)()> checks[] = {
         {"ordering", ordering}, {"any_source", any_source}, {"large", large},
-        {"nonblocking", nonblocking}, {"groups", groups}, {"collectives", collectives}};
+        {"nonblocking", nonblocking}, {"groups", groups}, {"collectives", collectives},
+        {"reduce_order", reduce_order}};
     for (const auto& [name, run] : checks) {
       if (trace) std::cerr << "rank " << rank << ": " << name << std::endl;
       run();

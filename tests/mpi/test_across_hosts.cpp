@@ -35,10 +35,11 @@ CommandResult across_hosts(const std::string& hosts, std::vector<std::string> pr
   return run_command(argv, options);
 }
 
-// 2 and 3 hosts of 1 to 3 ranks, hosts interleaved or not; and one host named explicitly
-// (routing with no remote peer; the world's collectives take the segment's lane).
+// 2 and 3 hosts of 1 to 3 ranks, hosts interleaved or not (3 hosts of 2: the order of the
+// host partials shows in all_reduce's bits); and one host named explicitly (routing with no
+// remote peer; the world's collectives take the segment's lane).
 const std::vector<std::string> kLayouts = {"a,b", "a,a,b", "a,b,b,a", "a,b,c", "a,b,b,c,c,c",
-                                           "a,a,a"};
+                                           "a,a,b,b,c,c", "a,a,a"};
 
 }  // namespace
 
