@@ -12,6 +12,7 @@ one. The probes are removed as soon as every rank has looked (and on every failu
 
 import functools
 import os
+import queue
 import re
 import secrets
 import threading
@@ -472,6 +473,38 @@ def _header(tensor, what, rank):
     return torch.tensor([tensor.numel(), code], dtype=torch.int64)
 
 
+class _Payloads:
+    """The payload sends of a group across hosts, kept alive and waited for by one thread.
+    gloo's send completes only once the receiver posted its receive, and the receiver posts a
+    payload's receive only once it saw the header, in a later look at its mailbox (a wait): a
+    send whose Work waited for its payload would deadlock two ranks that each wait for their
+    send before their receive (isend, irecv, wait in that order, as batch_isend_irecv does).
+    So a send's Work is its header's, and the payload goes from a copy of the tensor (the
+    caller may reuse it once the Work completed), whose gloo Work this thread keeps until it
+    completes (gloo's Work completes only in wait, and must live until then). A payload that
+    fails (its receiver died) fails the receive on the other side, which reports it."""
+
+    def __init__(self):
+        self.queue = queue.SimpleQueue()  # thread-safe hand-over to the thread
+        self.thread = None
+
+    def add(self, work):
+        self.queue.put(work)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._drain, args=(self.queue,), daemon=True,
+                                           name="shmdist-hosts-send")
+            self.thread.start()
+
+    @staticmethod
+    def _drain(works):
+        while True:
+            work = works.get()
+            try:
+                work.wait(_Posted._FOREVER)
+            except Exception:  # noqa: BLE001,S110 - the receiving side reports the failure
+                pass
+
+
 class _Posted:
     """A receive the mailbox posted on one transport, into a buffer of its own. gloo's Work
     completes only in wait() (its is_completed stays False until then): either the receiver
@@ -813,7 +846,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
-        self._mailboxes = {}  # tag -> _Mailbox, while an any-source receive of it is involved
+        self._mailboxes = {}  # tag -> _Mailbox, while a receive of it from any source or
+        # from another host is involved
+        self._payloads = _Payloads()  # the payloads of sends to other hosts, in flight
         self.timeout = None  # the group's timeout (set by the creator), bounds any-source waits
         # The global rank of each rank of this host's "shm" job (which numbers them from 0):
         # this host's members, or for a sub-group whose "shm" part is a sub-group of the
@@ -882,15 +917,15 @@ class ProcessGroupHosts(dist.ProcessGroup):
         local = self._local_peer(dst)
         if local is None:
             # To another host: the header, then the payload (none if empty), both over gloo
-            # (_PAYLOAD_TAG says why).
+            # (_PAYLOAD_TAG says why); the Work is the header's (_Payloads says why).
             tensor = self._one(tensors, "send")
             me = self.global_ranks[self.rank()]
-            works = [self.gloo.send([_header(tensor, "send", me)], dst, tag)]
+            ptag = _remote_tag(tag, "send", me)
+            work = self.gloo.send([_header(tensor, "send", me)], dst, tag)
             if tensor.numel():
-                works.append(self.gloo.send(tensors, dst, _remote_tag(tag, "send", me)))
-            if self.deaths is not None:
-                works = [_WatchedWork(w, self.deaths, "send") for w in works]
-            return self._posted(works[0] if len(works) == 1 else _AllWork(works))
+                self._payloads.add(self.gloo.send([tensor.detach().clone()], dst, ptag))
+            return self._posted(work if self.deaths is None else
+                                _WatchedWork(work, self.deaths, "send"))
         return self._posted(self.local.send(tensors, local, tag))
 
     @_watched("recv")
