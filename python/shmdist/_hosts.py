@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import secrets
+import struct
 import threading
 import time
 import weakref
@@ -440,14 +441,18 @@ class _Claim:
         self.done, self.source, self.error = False, -1, None
 
 
-# A message across hosts is two gloo messages: a header of fixed size (the payload's element
-# count and dtype) on the user's tag, then the payload on the tag + _PAYLOAD_TAG. gloo sizes a
-# receive when it is posted and aborts the process (its enforce, SIGABRT) when a message of
-# another size arrives in it, and a receive from any source cannot know the size of the
-# message it will get; a header receive always fits, and the payload's receive, posted from
-# the header's source once the header came, is sized by the header. The payload has a tag of
-# its own so that no header receive (from any source) can take a payload.
+# A message across hosts is a gloo message of fixed size, the header (the payload's element
+# count and dtype, and the payload itself if it has at most _INLINE bytes), on the user's
+# tag, then for a larger payload the payload on the tag + _PAYLOAD_TAG. gloo sizes a receive
+# when it is posted and aborts the process (its enforce, SIGABRT) when a message of another
+# size arrives in it, and a receive from any source cannot know the size of the message it
+# will get; a header receive always fits, and the payload's receive, posted from the header's
+# source once the header came, is sized by the header. The payload has a tag of its own so
+# that no header receive (from any source) can take a payload. A small message is one gloo
+# message, as before the header existed.
 _PAYLOAD_TAG = 1 << 30
+_HEADER_WORDS = 16  # int64s: count, dtype, then up to _INLINE bytes of payload
+_INLINE = (_HEADER_WORDS - 2) * 8
 _DTYPES = [getattr(torch, n) for n in (
     "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64",
     "bool", "complex64", "complex128")]
@@ -470,7 +475,14 @@ def _header(tensor, what, rank):
             "shm backend: " + what + " across hosts on global rank " + str(rank) + " of dtype "
             + str(tensor.dtype) + ": only " + ", ".join(str(d) for d in _DTYPES) + " go "
             "across hosts; convert the tensor to one of them")
-    return torch.tensor([tensor.numel(), code], dtype=torch.int64)
+    raw = bytearray(_HEADER_WORDS * 8)  # built in Python: a third of torch ops' cost
+    struct.pack_into("<qq", raw, 0, tensor.numel(), code)
+    header = torch.frombuffer(raw, dtype=torch.int64)  # keeps `raw` alive
+    nbytes = tensor.numel() * tensor.element_size()
+    if 0 < nbytes <= _INLINE:
+        header.view(torch.uint8)[16:16 + nbytes].copy_(
+            tensor.detach().reshape(-1).view(torch.uint8))
+    return header, nbytes
 
 
 class _Payloads:
@@ -632,7 +644,7 @@ class _Mailbox:
         if self.posted[True] is None:
             sources = {c.src for c in self.claims if self._serves(True, c)}
             if sources:
-                header = torch.empty(2, dtype=torch.int64)
+                header = torch.empty(_HEADER_WORDS, dtype=torch.int64)
                 work = (g.gloo.recv([header], sources.pop(), self.tag)
                         if len(sources) == 1 and None not in sources else
                         g.gloo.recv_anysource([header], self.tag))
@@ -640,9 +652,9 @@ class _Mailbox:
 
     def _payload(self, src, header):
         """Posts the receive of the payload whose header came from group rank `src` (or, for
-        an empty payload, which gloo does not send, appends the message at once)."""
+        a payload the header holds, appends the message at once)."""
         g = self.group
-        n, code = header.tolist()
+        n, code = header[:2].tolist()
         if n < 0 or not 0 <= code < len(_DTYPES):
             raise _C.InvalidArgument(
                 "shm backend: a message across hosts from global rank " +
@@ -650,7 +662,10 @@ class _Mailbox:
                 " (tag " + str(self.tag) + ") has a corrupt header " + str([n, code]) +
                 "; check that every rank runs the same shmdist")
         buffer = torch.empty(n, dtype=_DTYPES[code])
-        if n == 0:
+        nbytes = n * buffer.element_size()
+        if nbytes <= _INLINE:
+            if nbytes:
+                buffer.view(torch.uint8).copy_(header.view(torch.uint8)[16:16 + nbytes])
             self.arrived.append((src, buffer))
             return
         work = g.gloo.recv([buffer], src, self.tag + _PAYLOAD_TAG)
@@ -916,13 +931,14 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         local = self._local_peer(dst)
         if local is None:
-            # To another host: the header, then the payload (none if empty), both over gloo
-            # (_PAYLOAD_TAG says why); the Work is the header's (_Payloads says why).
+            # To another host: the header, then the payload unless the header holds it, both
+            # over gloo (_PAYLOAD_TAG says why); the Work is the header's (_Payloads says why).
             tensor = self._one(tensors, "send")
             me = self.global_ranks[self.rank()]
             ptag = _remote_tag(tag, "send", me)
-            work = self.gloo.send([_header(tensor, "send", me)], dst, tag)
-            if tensor.numel():
+            header, nbytes = _header(tensor, "send", me)
+            work = self.gloo.send([header], dst, tag)
+            if nbytes > _INLINE:
                 self._payloads.add(self.gloo.send([tensor.detach().clone()], dst, ptag))
             return self._posted(work if self.deaths is None else
                                 _WatchedWork(work, self.deaths, "send"))

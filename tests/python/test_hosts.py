@@ -332,11 +332,12 @@ def test_named_recv_after_any_source_takes_another_size(order):
 
 @pytest.mark.parametrize("any_source", ["", "any"])
 def test_a_size_mismatch_across_hosts_raises_and_keeps_the_message(any_source):
-    """Global rank 2 (the other host) sends 8 elements, then 3 elements of int64; global rank
-    0 (after a recv(src=None) rank 1 served, with "any") receives 4 elements from it: the
-    receive raises InvalidArgument naming both sizes and both global ranks (gloo alone aborts
-    the process, SIGABRT), and the message stays queued: a receive of 8 then gets it, and a
-    receive of float32 the int64 message raises naming both dtypes, as on one host."""
+    """Global rank 2 (the other host) sends 8 elements, 3 elements of int64, 64 elements (a
+    payload of its own, larger than a header holds); global rank 0 (after a recv(src=None)
+    rank 1 served, with "any") receives 4 elements from it: the receive raises InvalidArgument
+    naming both sizes and both global ranks (gloo alone aborts the process, SIGABRT), and the
+    message stays queued: a receive of 8 then gets it; a receive of float32 the int64 message
+    raises naming both dtypes; a receive of 32 the 64 raises, and one of 64 gets it."""
     reports = run_hosts([[0, 1], [2, 3]], "size_mismatch_across_hosts",
                         args=[any_source] if any_source else [], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "20"})
@@ -344,12 +345,13 @@ def test_a_size_mismatch_across_hosts_raises_and_keeps_the_message(any_source):
     text = _show(reports)
     assert ranks[0]["rc"] == 0, text
     caught = _caught(ranks[0])
-    assert len(caught) == 2, text
+    assert len(caught) == 3, text
     assert "InvalidArgument" in caught[0] and "recv of 4 elements" in caught[0], text
     assert "message of 8 elements" in caught[0], text
     assert "on global rank 0" in caught[0] and "from global rank 2" in caught[0], text
     assert "InvalidArgument" in caught[1] and "torch.float32" in caught[1], text
     assert "torch.int64" in caught[1], text
+    assert "recv of 32 elements" in caught[2] and "message of 64 elements" in caught[2], text
     assert "RECEIVED rank=0" in ranks[0]["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -171,29 +171,33 @@ if mode == "any_source_then_other_size":
     os._exit(0)
 
 if mode == "size_mismatch_across_hosts":
-    # Rank 2 sends 8 float32 then 3 int64 to rank 0, which receives 4 float32 from it (after a
-    # recv(src=None) that rank 1 serves, with argv[2] "any"), then 8 float32, then 3 float32,
-    # then 3 int64. Rank 0 prints what it caught and whether the kept messages came.
+    # Rank 2 sends 8 float32, 3 int64, 64 float32 to rank 0, which receives 4 float32 from it
+    # (after a recv(src=None) that rank 1 serves, with argv[2] "any"), then 8 float32, 3
+    # float32, 3 int64, 32 float32, 64 float32. Rank 0 prints what it caught and whether the
+    # kept messages came.
     any_source = len(sys.argv) > 2 and sys.argv[2] == "any"
     dist.barrier()
     if rank == 0:
         if any_source:
             dist.recv(torch.zeros(4))
         for t in (torch.zeros(4), torch.zeros(8), torch.zeros(3),
-                  torch.zeros(3, dtype=torch.int64)):
+                  torch.zeros(3, dtype=torch.int64), torch.zeros(32), torch.zeros(64)):
             try:
                 dist.recv(t, 2)
             except Exception as e:  # noqa: BLE001 - the test reads what was raised
                 say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
             if t.numel() == 8 and not torch.equal(t, torch.full((8,), 2.0)):
                 say(f"FAIL size_mismatch_across_hosts rank={rank}: got {t}")
-            if t.dtype == torch.int64 and torch.equal(t, torch.full((3,), 7)):
+            if t.dtype == torch.int64 and not torch.equal(t, torch.full((3,), 7)):
+                say(f"FAIL size_mismatch_across_hosts rank={rank}: got {t}")
+            if t.numel() == 64 and torch.equal(t, torch.arange(64.0)):
                 say(f"RECEIVED rank={rank}")
     elif rank == 1 and any_source:
         dist.send(torch.full((4,), 1.0), 0)
     elif rank == 2:
         dist.send(torch.full((8,), 2.0), 0)
         dist.send(torch.full((3,), 7, dtype=torch.int64), 0)
+        dist.send(torch.arange(64.0), 0)  # larger than a header holds: a payload of its own
     time.sleep(3)
     os._exit(0)
 
