@@ -12,8 +12,10 @@ one. The probes are removed as soon as every rank has looked (and on every failu
 
 import functools
 import os
+import queue
 import re
 import secrets
+import struct
 import threading
 import time
 import weakref
@@ -280,8 +282,9 @@ class _Deaths:
     POLL = 0.25  # s, the watcher's period
     SETTLE = 3.0  # s a failed call waits for the record (the death's host mates report it)
 
-    def __init__(self, store, prefix):
+    def __init__(self, store, prefix, rank=None):
         self.store = store
+        self.rank = rank  # this process's global rank (named in a timeout's text)
         self.count_key = prefix + "dead/count"
         self.text_key = prefix + "dead/text"
         self.text = None  # the record, once seen (a str is replaced whole: safe across threads)
@@ -326,6 +329,12 @@ class _Deaths:
             local = self.local(what)
             if local is not None:
                 return local
+            if _timed_out(error):
+                # No rank had died when this call's wait expired (a death is recorded within
+                # a second of it, far less than a group's timeout): a death recorded later,
+                # such as a peer leaving without finalizing after its own timeout, did not
+                # cause it. The timeout is the cause.
+                return self.timeout(error, what)
             deadline = time.monotonic() + self.SETTLE
             while text is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -337,6 +346,15 @@ class _Deaths:
             return error
         return _C.PeerFailure(text + " [on another host or before this call; this rank's " +
                               what + " failed with: " + first + "]")
+
+    def timeout(self, error, what):
+        if isinstance(error, _C.Timeout):
+            return error
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return _C.Timeout(
+            "shm backend: " + what + " across hosts on global rank " + str(self.rank) +
+            " timed out, and no rank had died by then (gloo: " + first + "); check that every "
+            "rank makes the matching call, or give the group a longer timeout")
 
     def watch(self, world_ref):
         """The watcher thread's loop, while the world group lives and has a "shm" job."""
@@ -350,6 +368,12 @@ class _Deaths:
             if self.read() is not None:
                 return
             time.sleep(self.POLL)
+
+
+def _timed_out(error):
+    """Whether a call failed because its wait expired ("shm"'s Timeout, gloo's "Timed out
+    waiting 6000ms for recv operation to complete")."""
+    return isinstance(error, _C.Timeout) or "timed out" in str(error).lower()
 
 
 def _watched(what):
@@ -417,18 +441,97 @@ class _Claim:
         self.done, self.source, self.error = False, -1, None
 
 
+# A message across hosts is a gloo message of fixed size, the header (the payload's element
+# count and dtype, and the payload itself if it has at most _INLINE bytes), on the user's
+# tag, then for a larger payload the payload on the tag + _PAYLOAD_TAG. gloo sizes a receive
+# when it is posted and aborts the process (its enforce, SIGABRT) when a message of another
+# size arrives in it, and a receive from any source cannot know the size of the message it
+# will get; a header receive always fits, and the payload's receive, posted from the header's
+# source once the header came, is sized by the header. The payload has a tag of its own so
+# that no header receive (from any source) can take a payload. A small message is one gloo
+# message, as before the header existed.
+_PAYLOAD_TAG = 1 << 30
+_HEADER_WORDS = 16  # int64s: count, dtype, then up to _INLINE bytes of payload
+_INLINE = (_HEADER_WORDS - 2) * 8
+_DTYPES = [getattr(torch, n) for n in (
+    "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64",
+    "bool", "complex64", "complex128")]
+_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+
+
+def _remote_tag(tag, what, rank):
+    if not 0 <= tag < _PAYLOAD_TAG:
+        raise _C.InvalidArgument(
+            "shm backend: " + what + " across hosts on global rank " + str(rank) + " with tag "
+            + str(tag) + ": tags across hosts must be in [0, 2**30) (a message across hosts "
+            "is a header on its tag and the payload on the tag + 2**30); use a smaller tag")
+    return tag + _PAYLOAD_TAG
+
+
+def _header(tensor, what, rank):
+    code = _DTYPE_CODE.get(tensor.dtype)
+    if code is None:
+        raise _C.InvalidArgument(
+            "shm backend: " + what + " across hosts on global rank " + str(rank) + " of dtype "
+            + str(tensor.dtype) + ": only " + ", ".join(str(d) for d in _DTYPES) + " go "
+            "across hosts; convert the tensor to one of them")
+    raw = bytearray(_HEADER_WORDS * 8)  # built in Python: a third of torch ops' cost
+    struct.pack_into("<qq", raw, 0, tensor.numel(), code)
+    header = torch.frombuffer(raw, dtype=torch.int64)  # keeps `raw` alive
+    nbytes = tensor.numel() * tensor.element_size()
+    if 0 < nbytes <= _INLINE:
+        header.view(torch.uint8)[16:16 + nbytes].copy_(
+            tensor.detach().reshape(-1).view(torch.uint8))
+    return header, nbytes
+
+
+class _Payloads:
+    """The payload sends of a group across hosts, kept alive and waited for by one thread.
+    gloo's send completes only once the receiver posted its receive, and the receiver posts a
+    payload's receive only once it saw the header, in a later look at its mailbox (a wait): a
+    send whose Work waited for its payload would deadlock two ranks that each wait for their
+    send before their receive (isend, irecv, wait in that order, as batch_isend_irecv does).
+    So a send's Work is its header's, and the payload goes from a copy of the tensor (the
+    caller may reuse it once the Work completed), whose gloo Work this thread keeps until it
+    completes (gloo's Work completes only in wait, and must live until then). A payload that
+    fails (its receiver died) fails the receive on the other side, which reports it."""
+
+    def __init__(self):
+        self.queue = queue.SimpleQueue()  # thread-safe hand-over to the thread
+        self.thread = None
+
+    def add(self, work):
+        self.queue.put(work)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._drain, args=(self.queue,), daemon=True,
+                                           name="shmdist-hosts-send")
+            self.thread.start()
+
+    @staticmethod
+    def _drain(works):
+        while True:
+            work = works.get()
+            try:
+                work.wait(_Posted._FOREVER)
+            except Exception:  # noqa: BLE001,S110 - the receiving side reports the failure
+                pass
+
+
 class _Posted:
     """A receive the mailbox posted on one transport, into a buffer of its own. gloo's Work
-    completes only in wait() (its is_completed stays False until then), so a thread waits for
-    it; "shm"'s is polled."""
+    completes only in wait() (its is_completed stays False until then): either the receiver
+    waits in it (_Mailbox.wait, while nothing else needs looking at) or a thread does, from
+    when the mailbox must also poll "shm" or enforce an any-source claim's timeout itself;
+    "shm"'s is polled. A gloo receive is a header's (`header`: of fixed size, from any source
+    or a named one) or, once that came, its payload's (from the header's source)."""
 
-    def __init__(self, work, buffer, remote, to_group, claim):
+    def __init__(self, work, buffer, remote, to_group, claim, header=False):
         self.work, self.buffer, self.remote, self.to_group = work, buffer, remote, to_group
         self.claim = claim  # the claim it was posted for (another may take its message)
+        self.header = header
         self.arrived = threading.Event()
         self.error = None
-        if remote:
-            threading.Thread(target=self._wait, daemon=True, name="shmdist-hosts-recv").start()
+        self.thread = None
 
     # gloo's wait() ends at the group's timeout, and then gloo breaks the whole context
     # (tcp's waitRecv calls signalException: every later gloo call of this rank fails with
@@ -437,9 +540,22 @@ class _Posted:
     # wait enforces the group's timeout (_Mailbox.wait); so this thread waits without one.
     _FOREVER = timedelta(days=3650)
 
-    def _wait(self):
+    def watch(self):
+        """Has a thread wait for the gloo receive (once)."""
+        if self.remote and self.thread is None and not self.arrived.is_set():
+            self.thread = threading.Thread(target=self.wait_here, args=(self._FOREVER,),
+                                           daemon=True, name="shmdist-hosts-recv")
+            self.thread.start()
+
+    def wait_here(self, timeout):
+        """Waits in gloo's wait (a timeout of None: gloo's, the group's). The buffer (written
+        by gloo before its wait returns) and `error` are written before `arrived` is set and
+        read only after it is seen set: the Event's lock orders them for the reader."""
         try:
-            self.work.wait(self._FOREVER)
+            if timeout is None:
+                self.work.wait()
+            else:
+                self.work.wait(timeout)
         except Exception as e:  # noqa: BLE001 - handed to the receive that looks
             self.error = e
         self.arrived.set()
@@ -460,25 +576,31 @@ class _Posted:
 
 
 class _Mailbox:
-    """The receives of one tag of a ProcessGroupHosts while a receive from any source is
-    among them (docs/hosts.md, "Receiving from any source across hosts").
+    """The receives of one tag of a ProcessGroupHosts while a receive from any source, or from
+    a rank of another host, is among them (docs/hosts.md, "Receiving from any source across
+    hosts").
 
     This rank's messages come over two transports: "shm" from its host's ranks, gloo from the
     other hosts'. Neither can take back a receive once posted, so the mailbox posts at most one
-    receive of this tag on each transport at a time, into a buffer of its own, for the oldest
-    unresolved claim that transport can serve (a claim from any source: from any rank of that
-    transport; a claim from a named rank: from it, if it is on that transport). Each message
-    that completes is appended to `arrived`, in the order the mailbox sees them complete (it
-    looks at the two transports alternately, so neither starves). Then every arrived message,
-    oldest first, goes to the oldest unresolved claim that matches it (its source, or any), as
-    MPI matches a message to the first posted receive that matches it. A message no claim
-    matches yet (the other transport's receive, after a claim from any source was served by
-    the first) stays in `arrived` for a later receive of this tag, which takes it before
-    anything newer: no message is lost or taken twice, and the messages of one source are
-    taken in the order it sent them (each source is on one transport, whose receives the
-    mailbox posts one at a time). While the mailbox has anything posted, arrived or claimed,
-    every receive of its tag goes through it; when it has nothing, it is dropped and a receive
-    from a named rank goes to its transport directly again."""
+    receive of this tag on each transport at a time, into a buffer of its own. On "shm", for
+    the oldest unresolved claim that transport can serve (a claim from any source: from any
+    rank of that transport; a claim from a named rank: from it, if it is on that transport).
+    On gloo, a header receive (fixed size, so any message's header fits it): from the named
+    rank if every unresolved claim gloo can serve names that one rank, else from any rank; once
+    a header came, the receive of its payload, from its source, sized by it, and only then the
+    next header receive. Each message that completes is appended to `arrived`, in the order
+    the mailbox sees them complete (it looks at the two transports alternately, so neither
+    starves). Then every arrived message, oldest first, goes to the oldest unresolved claim
+    that matches it (its source, or any), as MPI matches a message to the first posted
+    receive that matches it; a message whose size or dtype differs from that claim's fails
+    the claim (InvalidArgument naming both) and stays for a later receive, as on one host. A
+    message no claim matches yet stays in `arrived` for a later receive of this tag, which
+    takes it before anything newer: no message is lost or taken twice, and the messages of one
+    source are taken in the order it sent them (each source is on one transport, whose
+    receives the mailbox posts one at a time). While the mailbox has anything posted, arrived
+    or claimed, every receive of its tag from another host, and every receive of its tag from
+    this host while it involves this host's transport (involves_local), goes through it; when
+    it has nothing, it is dropped."""
 
     # How long a wait sleeps between looks at "shm" (a gloo arrival wakes it at once).
     POLL = 0.0002
@@ -496,29 +618,58 @@ class _Mailbox:
         self._step()
         return _ClaimWork(self, c)
 
+    def _remote(self, r):
+        return self.group._host_of[r] != self.group._host
+
     def _serves(self, remote, c):
-        return c.src is None or (self.group._host_of[c.src] != self.group._host) == remote
+        return c.src is None or self._remote(c.src) == remote
+
+    def involves_local(self):
+        """Whether a receive from a rank of this host must go through the mailbox (to keep
+        its order with what the mailbox holds or posted on "shm")."""
+        return (self.posted[False] is not None
+                or any(c.src is None or not self._remote(c.src) for c in self.claims)
+                or any(not self._remote(src) for src, _ in self.arrived))
 
     def _post(self):
         g = self.group
-        for remote in (False, True):
-            if self.posted[remote] is not None:
-                continue
-            if not remote and len(g.hosts[g._host]) == 1:
-                continue  # alone on its host: nothing comes over "shm"
-            c = next((c for c in self.claims if self._serves(remote, c)), None)
-            if c is None:
-                continue
-            buffer = torch.empty_like(c.tensor)
-            host = g.hosts[g._host]
-            if remote:
-                work = (g.gloo.recv_anysource([buffer], self.tag) if c.src is None else
-                        g.gloo.recv([buffer], c.src, self.tag))
-                self.posted[remote] = _Posted(work, buffer, True, lambda r: r, c)
-            else:
+        if self.posted[False] is None and len(g.hosts[g._host]) > 1:
+            c = next((c for c in self.claims if self._serves(False, c)), None)
+            if c is not None:
+                buffer = torch.empty_like(c.tensor)
+                host = g.hosts[g._host]
                 work = (g.local.recv_anysource([buffer], self.tag) if c.src is None else
                         g.local.recv([buffer], g._local_rank[c.src], self.tag))
-                self.posted[remote] = _Posted(work, buffer, False, lambda r: host[r], c)
+                self.posted[False] = _Posted(work, buffer, False, lambda r: host[r], c)
+        if self.posted[True] is None:
+            sources = {c.src for c in self.claims if self._serves(True, c)}
+            if sources:
+                header = torch.empty(_HEADER_WORDS, dtype=torch.int64)
+                work = (g.gloo.recv([header], sources.pop(), self.tag)
+                        if len(sources) == 1 and None not in sources else
+                        g.gloo.recv_anysource([header], self.tag))
+                self.posted[True] = _Posted(work, header, True, lambda r: r, None, header=True)
+
+    def _payload(self, src, header):
+        """Posts the receive of the payload whose header came from group rank `src` (or, for
+        a payload the header holds, appends the message at once)."""
+        g = self.group
+        n, code = header[:2].tolist()
+        if n < 0 or not 0 <= code < len(_DTYPES):
+            raise _C.InvalidArgument(
+                "shm backend: a message across hosts from global rank " +
+                str(g.global_ranks[src]) + " to global rank " + str(g.global_ranks[g.rank()]) +
+                " (tag " + str(self.tag) + ") has a corrupt header " + str([n, code]) +
+                "; check that every rank runs the same shmdist")
+        buffer = torch.empty(n, dtype=_DTYPES[code])
+        nbytes = n * buffer.element_size()
+        if nbytes <= _INLINE:
+            if nbytes:
+                buffer.view(torch.uint8).copy_(header.view(torch.uint8)[16:16 + nbytes])
+            self.arrived.append((src, buffer))
+            return
+        work = g.gloo.recv([buffer], src, self.tag + _PAYLOAD_TAG)
+        self.posted[True] = _Posted(work, buffer, True, lambda r: r, None)
 
     def _step(self):
         """Collects what completed, hands arrived messages to claims, posts what the oldest
@@ -543,7 +694,11 @@ class _Mailbox:
                         self.claims.remove(p.claim)
                         p.claim.error, p.claim.done = e, True
                     continue
-                self.arrived.append((src, p.buffer))
+                if p.header:
+                    self._payload(src, p.buffer)
+                else:
+                    self.arrived.append((src, p.buffer))
+        g = self.group
         kept = []
         for src, buffer in self.arrived:
             c = next((c for c in self.claims if c.src is None or c.src == src), None)
@@ -552,20 +707,24 @@ class _Mailbox:
                 continue
             self.claims.remove(c)
             c.source = src
+            c.done = True
+            if c.tensor.numel() != buffer.numel() or c.tensor.dtype != buffer.dtype:
+                # As on one host: the receive fails, the message stays for a later one.
+                c.error = _C.InvalidArgument(
+                    "shm backend: recv of " + str(c.tensor.numel()) + " elements of " +
+                    str(c.tensor.dtype) + " on global rank " + str(g.global_ranks[g.rank()]) +
+                    " got a message of " + str(buffer.numel()) + " elements of " +
+                    str(buffer.dtype) + " from global rank " + str(g.global_ranks[src]) +
+                    " (tag " + str(self.tag) + "); the message stays queued for a receive "
+                    "of its size and dtype: post one, or check what the sender sends")
+                kept.append((src, buffer))
+                continue
             try:
-                if c.tensor.numel() != buffer.numel():
-                    raise _C.InvalidArgument(
-                        "shm backend: recv of " + str(c.tensor.numel()) + " elements on global "
-                        "rank " + str(self.group.global_ranks[self.group.rank()]) + " got a "
-                        "message of " + str(buffer.numel()) + " from global rank " +
-                        str(self.group.global_ranks[src]) + " (tag " + str(self.tag) + ")")
                 c.tensor.copy_(buffer.view(c.tensor.shape))
             except Exception as e:  # noqa: BLE001 - raised by this claim's wait
                 c.error = e
-            c.done = True
         self.arrived = kept
         self._post()
-        g = self.group
         if not (self.claims or self.arrived or any(self.posted.values())) and \
                 g._mailboxes.get(self.tag) is self:
             del g._mailboxes[self.tag]
@@ -577,7 +736,8 @@ class _Mailbox:
             self._step()
             if c.done:
                 break
-            if deadline is not None and time.monotonic() > deadline:
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
                 g = self.group
                 raise _C.Timeout(
                     "shm backend: recv " + ("from any source" if c.src is None else "from rank "
@@ -585,10 +745,18 @@ class _Mailbox:
                     str(g.global_ranks[g.rank()]) + " timed out after " + str(limit) +
                     "; check that a rank sends it")
             remote = self.posted[True]
-            if remote is not None:
-                remote.arrived.wait(self.POLL)  # woken at once by a message from another host
-            else:
+            if remote is None:
                 time.sleep(self.POLL)
+            elif (remote.thread is None and self.posted[False] is None
+                  and all(c.src is not None for c in self.claims)):
+                # Nothing to poll on "shm" and no claim from any source: wait in gloo's own
+                # wait, as a recv from a named rank of another host does (gloo's timeout,
+                # which as there breaks this rank's gloo context when it expires).
+                remote.wait_here(None if deadline is None else
+                                 timedelta(seconds=max(deadline - now, 0.001)))
+            else:
+                remote.watch()
+                remote.arrived.wait(self.POLL)  # woken at once by a message from another host
         if c.error is not None:
             raise c.error
 
@@ -693,7 +861,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
-        self._mailboxes = {}  # tag -> _Mailbox, while an any-source receive of it is involved
+        self._mailboxes = {}  # tag -> _Mailbox, while a receive of it from any source or
+        # from another host is involved
+        self._payloads = _Payloads()  # the payloads of sends to other hosts, in flight
         self.timeout = None  # the group's timeout (set by the creator), bounds any-source waits
         # The global rank of each rank of this host's "shm" job (which numbers them from 0):
         # this host's members, or for a sub-group whose "shm" part is a sub-group of the
@@ -761,7 +931,15 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         local = self._local_peer(dst)
         if local is None:
-            work = self.gloo.send(tensors, dst, tag)
+            # To another host: the header, then the payload unless the header holds it, both
+            # over gloo (_PAYLOAD_TAG says why); the Work is the header's (_Payloads says why).
+            tensor = self._one(tensors, "send")
+            me = self.global_ranks[self.rank()]
+            ptag = _remote_tag(tag, "send", me)
+            header, nbytes = _header(tensor, "send", me)
+            work = self.gloo.send([header], dst, tag)
+            if nbytes > _INLINE:
+                self._payloads.add(self.gloo.send([tensor.detach().clone()], dst, ptag))
             return self._posted(work if self.deaths is None else
                                 _WatchedWork(work, self.deaths, "send"))
         return self._posted(self.local.send(tensors, local, tag))
@@ -770,20 +948,24 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def recv(self, tensors, src, tag=0):
         local = self._local_peer(src)
         box = self._mailboxes.get(tag)
-        if box is not None:  # an any-source receive of this tag is involved: in its order
-            return self._posted(box.claim(src, self._one(tensors, "recv")))
-        if local is None:
-            work = self.gloo.recv(tensors, src, tag)
-            return self._posted(work if self.deaths is None else
-                                _WatchedWork(work, self.deaths, "recv"))
+        if local is None or (box is not None and box.involves_local()):
+            # From another host (a header, then the payload it sizes), or in the order of
+            # what the mailbox holds from this host's ranks: through the tag's mailbox.
+            if local is None:
+                _remote_tag(tag, "recv", self.global_ranks[self.rank()])
+            return self._posted(self._mailbox(tag).claim(src, self._one(tensors, "recv")))
         return self._posted(self.local.recv(tensors, local, tag))
 
     @_watched("recv")
     def recv_anysource(self, tensors, tag=0):
+        _remote_tag(tag, "recv", self.global_ranks[self.rank()])
+        return self._posted(self._mailbox(tag).claim(None, self._one(tensors, "recv")))
+
+    def _mailbox(self, tag):
         box = self._mailboxes.get(tag)
         if box is None:
             box = self._mailboxes[tag] = _Mailbox(self, tag)
-        return self._posted(box.claim(None, self._one(tensors, "recv")))
+        return box
 
     # collectives
 
@@ -1112,7 +1294,7 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
                      ranks or list(range(size)), world_job=not ranks)
     if not ranks:
         _world = weakref.ref(group)
-        group.deaths = _Deaths(store, prefix)
+        group.deaths = _Deaths(store, prefix, group.global_ranks[rank])
         threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
                          name="shmdist-hosts-watch").start()
     return group

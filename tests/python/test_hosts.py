@@ -215,6 +215,24 @@ def test_a_timeout_of_a_host_names_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+def test_a_timeout_whose_peer_exits_later_says_timeout():
+    """Global rank 0's recv from global rank 2 (the other host) times out; rank 2 exits
+    without finalizing 1 s later, while rank 0 still looks for a death's record: rank 0 raises
+    Timeout naming itself and the timeout, not PeerFailure blaming rank 2, which died after
+    the timeout and did not cause it."""
+    reports = run_hosts([[0, 1], [2, 3]], "timeout_then_peer_exits", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "6"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    caught = _caught(ranks[0])
+    assert len(caught) == 1, text
+    assert "CAUGHT rank=0 Timeout: " in caught[0], text
+    assert "PeerFailure" not in caught[0] and "gone without finalizing" not in caught[0], text
+    assert "global rank 0" in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 def _all_pass(reports, checks):
     ranks = _ranks(reports)
     text = _show(reports)
@@ -297,13 +315,7 @@ def test_a_collective_mismatch_inside_a_host_names_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-@pytest.mark.parametrize("order", [
-    "2,1",
-    pytest.param("1,2", marks=pytest.mark.xfail(
-        strict=True, reason="review 5, not fixed: the gloo receive the mailbox left posted for "
-        "the any-source claim is sized 4; gloo aborts the process (SIGABRT, its enforce on the "
-        "message's size) when rank 2's 8 elements arrive in it")),
-])
+@pytest.mark.parametrize("order", ["2,1", "1,2"])
 def test_named_recv_after_any_source_takes_another_size(order):
     """Review 5: recv(src=None) of 4 elements served over one transport, then recv(src=X) of
     8 elements from a rank on the other transport: it gets X's 8 elements, as on one host
@@ -313,6 +325,33 @@ def test_named_recv_after_any_source_takes_another_size(order):
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "20"})
     ranks = _ranks(reports)
     text = _show(reports)
+    assert "RECEIVED rank=0" in ranks[0]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("any_source", ["", "any"])
+def test_a_size_mismatch_across_hosts_raises_and_keeps_the_message(any_source):
+    """Global rank 2 (the other host) sends 8 elements, 3 elements of int64, 64 elements (a
+    payload of its own, larger than a header holds); global rank 0 (after a recv(src=None)
+    rank 1 served, with "any") receives 4 elements from it: the receive raises InvalidArgument
+    naming both sizes and both global ranks (gloo alone aborts the process, SIGABRT), and the
+    message stays queued: a receive of 8 then gets it; a receive of float32 the int64 message
+    raises naming both dtypes; a receive of 32 the 64 raises, and one of 64 gets it."""
+    reports = run_hosts([[0, 1], [2, 3]], "size_mismatch_across_hosts",
+                        args=[any_source] if any_source else [], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "20"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert ranks[0]["rc"] == 0, text
+    caught = _caught(ranks[0])
+    assert len(caught) == 3, text
+    assert "InvalidArgument" in caught[0] and "recv of 4 elements" in caught[0], text
+    assert "message of 8 elements" in caught[0], text
+    assert "on global rank 0" in caught[0] and "from global rank 2" in caught[0], text
+    assert "InvalidArgument" in caught[1] and "torch.float32" in caught[1], text
+    assert "torch.int64" in caught[1], text
+    assert "recv of 32 elements" in caught[2] and "message of 64 elements" in caught[2], text
     assert "RECEIVED rank=0" in ranks[0]["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
@@ -348,9 +387,6 @@ def test_coalescing_after_a_manager_whose_body_raised():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-@pytest.mark.xfail(strict=True, reason="review 5, not fixed: the mailbox posts one gloo receive "
-                   "for the oldest claim gloo can serve, here recv(src=2), so rank 3's message "
-                   "never reaches the later any-source claim; it times out")
 def test_an_any_source_recv_behind_a_named_one_gets_another_senders_message():
     """Review 5: claims [any (served by rank 2), src=2, any]: rank 3's message (rank 2's
     host) must go to the second any-source receive while the named one still waits for rank

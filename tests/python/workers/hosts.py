@@ -91,6 +91,27 @@ if mode == "recv_times_out":
         time.sleep(float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"]) + 5)
     os._exit(0)
 
+if mode == "timeout_then_peer_exits":
+    # Rank 0 waits over gloo for a message global rank 2 (the other host) never sends; rank 2
+    # exits without finalizing (os._exit) 1 s after rank 0's wait timed out, inside the 3 s a
+    # failed call waits for a death's record: the cause is the timeout, not a death. The
+    # others stay past it (rank 0 holds env://'s store). Rank 0 prints what it caught.
+    dist.barrier()
+    limit = float(os.environ["SHMDIST_TEST_INIT_TIMEOUT"])
+    if rank == 0:
+        try:
+            dist.recv(torch.zeros(1), 2)
+            say(f"FAIL timeout_then_peer_exits rank={rank}: recv returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+        time.sleep(3)
+    elif rank == 2:
+        time.sleep(limit + 1)
+        os._exit(0)
+    else:
+        time.sleep(limit + 8)
+    os._exit(0)
+
 if mode == "monitored":
     # The ranks in argv[2] (comma-separated) skip a monitored_barrier the others enter;
     # argv[3] "all" asks for wait_all_ranks. Every rank that entered prints what it caught.
@@ -146,6 +167,37 @@ if mode == "any_source_then_other_size":
     elif rank == second:
         dist.recv(torch.zeros(1), 0, tag=1)
         dist.send(torch.full((8,), 2.0), 0)
+    time.sleep(3)
+    os._exit(0)
+
+if mode == "size_mismatch_across_hosts":
+    # Rank 2 sends 8 float32, 3 int64, 64 float32 to rank 0, which receives 4 float32 from it
+    # (after a recv(src=None) that rank 1 serves, with argv[2] "any"), then 8 float32, 3
+    # float32, 3 int64, 32 float32, 64 float32. Rank 0 prints what it caught and whether the
+    # kept messages came.
+    any_source = len(sys.argv) > 2 and sys.argv[2] == "any"
+    dist.barrier()
+    if rank == 0:
+        if any_source:
+            dist.recv(torch.zeros(4))
+        for t in (torch.zeros(4), torch.zeros(8), torch.zeros(3),
+                  torch.zeros(3, dtype=torch.int64), torch.zeros(32), torch.zeros(64)):
+            try:
+                dist.recv(t, 2)
+            except Exception as e:  # noqa: BLE001 - the test reads what was raised
+                say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+            if t.numel() == 8 and not torch.equal(t, torch.full((8,), 2.0)):
+                say(f"FAIL size_mismatch_across_hosts rank={rank}: got {t}")
+            if t.dtype == torch.int64 and not torch.equal(t, torch.full((3,), 7)):
+                say(f"FAIL size_mismatch_across_hosts rank={rank}: got {t}")
+            if t.numel() == 64 and torch.equal(t, torch.arange(64.0)):
+                say(f"RECEIVED rank={rank}")
+    elif rank == 1 and any_source:
+        dist.send(torch.full((4,), 1.0), 0)
+    elif rank == 2:
+        dist.send(torch.full((8,), 2.0), 0)
+        dist.send(torch.full((3,), 7, dtype=torch.int64), 0)
+        dist.send(torch.arange(64.0), 0)  # larger than a header holds: a payload of its own
     time.sleep(3)
     os._exit(0)
 
