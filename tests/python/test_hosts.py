@@ -297,6 +297,56 @@ def test_a_collective_mismatch_inside_a_host_names_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+# Each case: (what host A's ranks call, what host B's call), as the error names them.
+CROSS_MISMATCH = {
+    "all_reduce_vs_broadcast": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                                "broadcast(src=2, torch.float32, 4 elements)"),
+    "count_small": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                    "all_reduce(op=SUM, torch.float32, 8 elements)"),
+    "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
+                    "all_reduce(op=SUM, torch.float32, 300001 elements)"),
+    "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                             "all_reduce(op=SUM, torch.float32, 300000 elements)"),
+    "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+              "all_reduce(op=SUM, torch.float64, 4 elements)"),
+    "op": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+           "all_reduce(op=MAX, torch.float32, 4 elements)"),
+    "root": ("broadcast(src=0, torch.float32, 4 elements)",
+             "broadcast(src=2, torch.float32, 4 elements)"),
+    "all_gather": ("all_gather(torch.float32, 4 elements)",
+                   "all_gather(torch.float32, 8 elements)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CROSS_MISMATCH))
+def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
+    """Issue 30: host A's ranks and host B's call collectives that disagree (another
+    collective, count, dtype, reduce op, root; all_reduce's small counts travel with the
+    check, large ones after it), each host agreeing within itself: every rank of both hosts,
+    leaders and the others, raises InvalidArgument naming both calls and the global ranks of
+    the two hosts' leaders, and a correct all_reduce after it works (the failed call moved
+    nothing). Before: the leaders' gloo calls waited out the timeout (600 s here, the test is
+    bounded far below) or gloo aborted the process on a message of another size."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    call_a, call_b = CROSS_MISMATCH[case]
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text  # no abort
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "across hosts" in caught[0] and "disagree" in caught[0], text
+        assert "group rank 0 (global rank 0)" in caught[0], text
+        assert "group rank 2 (global rank 2)" in caught[0], text
+        assert call_a in caught[0] and call_b in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 @pytest.mark.parametrize("order", [
     "2,1",
     pytest.param("1,2", marks=pytest.mark.xfail(
