@@ -441,6 +441,29 @@ class _Agreement:
             error = error or theirs
         self.release(error)
 
+    def check_splits(self, what, sends, recvs):
+        """all_to_all's pieces, after check_all agreed on the call: every rank's elements to
+        and from each group rank (2 x size counts, the same size on every rank) go to all
+        ranks over gloo, and every rank finds the same first pair that disagrees."""
+        g = self.g
+        n = g.size()
+        mine = torch.tensor(list(sends) + list(recvs), dtype=torch.int64)
+        rows = [torch.empty_like(mine) for _ in range(n)]
+        g.gloo.allgather([rows], [mine]).wait()
+        counts = [row.tolist() for row in rows]
+
+        def who(r):
+            return "group rank " + str(r) + " (global rank " + str(g.global_ranks[r]) + ")"
+        for i in range(n):
+            for j in range(n):
+                if counts[i][j] != counts[j][n + i]:
+                    raise _disagree(
+                        "shm backend: " + what + " across hosts: the members' splits "
+                        "disagree: " + who(i) + " sends " + str(counts[i][j]) + " elements to " +
+                        who(j) + ", which expects " + str(counts[j][n + i]) + " from it. Every "
+                        "member must call the same collectives in the same order, with "
+                        "matching splits; this call did nothing on any member")
+
 
 def _refuse(op, why=""):
     raise _C.InvalidArgument(
@@ -1184,9 +1207,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("all_to_all_single")
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        self._check_all_to_all("all_to_all_single", output, input, output_split_sizes,
+                               input_split_sizes)
         self.gloo.alltoall_base(output, input, list(output_split_sizes),
                                 list(input_split_sizes), dist.AllToAllOptions()).wait()
         return _done([output])
+
+    def _check_all_to_all(self, what, output, input, output_split_sizes, input_split_sizes):
+        """Issue 30: the ranks agree on the call (dtype), then on every pair's piece."""
+        n = self.size()
+        self._agree.check_all(self._agree.call(what, input, count=input.numel()) if not (
+            output_split_sizes or input_split_sizes) else what + "(" + str(input.dtype) + ")")
+        if output_split_sizes or input_split_sizes:  # else the count in the call says it
+            self._agree.check_splits(what, list(input_split_sizes) or [input.numel() // n] * n,
+                                     list(output_split_sizes) or [output.numel() // n] * n)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):  # torch 2.13's name
@@ -1206,6 +1240,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
                                      str(sorted(map(str, dtypes))))
         flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
         flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        self._check_all_to_all("all_to_all", flat_out, flat_in,
+                               [t.numel() for t in output_tensors],
+                               [t.numel() for t in input_tensors])
         self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
                                 [t.numel() for t in input_tensors],
                                 dist.AllToAllOptions()).wait()

@@ -297,7 +297,8 @@ def test_a_collective_mismatch_inside_a_host_names_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-# Each case: (what host A's ranks call, what host B's call), as the error names them.
+# Each case: (what host A's ranks call, what host B's call), as the error names them
+# (for all_to_all's splits: the pair that disagrees).
 CROSS_MISMATCH = {
     "all_reduce_vs_broadcast": ("all_reduce(op=SUM, torch.float32, 4 elements)",
                                 "broadcast(src=2, torch.float32, 4 elements)"),
@@ -315,14 +316,16 @@ CROSS_MISMATCH = {
              "broadcast(src=2, torch.float32, 4 elements)"),
     "all_gather": ("all_gather(torch.float32, 4 elements)",
                    "all_gather(torch.float32, 8 elements)"),
+    "all_to_all_splits": ("group rank 0 (global rank 0) sends 1 elements to group rank 2 "
+                          "(global rank 2), which expects 2 from it", "splits disagree"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CROSS_MISMATCH))
 def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
     """Issue 30: host A's ranks and host B's call collectives that disagree (another
-    collective, count, dtype, reduce op, root; all_reduce's small counts travel with the
-    check, large ones after it), each host agreeing within itself: every rank of both hosts,
+    collective, count, dtype, reduce op, root, all_to_all's splits; all_reduce's small
+    counts travel with the check, large ones after it), each host agreeing within itself: every rank of both hosts,
     leaders and the others, raises InvalidArgument naming both calls and the global ranks of
     the two hosts' leaders, and a correct all_reduce after it works (the failed call moved
     nothing). Before: the leaders' gloo calls waited out the timeout (600 s here, the test is

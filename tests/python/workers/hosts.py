@@ -147,6 +147,10 @@ if mode == "cross_mismatch":
         if case == "all_gather":
             n = small if host_a else 8
             return dist.all_gather([torch.zeros(n) for _ in range(world)], torch.zeros(n))
+        if case == "all_to_all_splits":
+            # Rank 0 sends 1 element to rank 2, which expects 2 from it.
+            return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
+                                          else [2, 1, 1, 0], [1, 1, 1, 1])
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
@@ -157,8 +161,8 @@ if mode == "cross_mismatch":
     t = torch.full((3,), float(rank))
     dist.all_reduce(t)
     say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
-    dist.destroy_process_group()
-    sys.exit(0)
+    dist.barrier()
+    os._exit(0)  # as mode mismatch: the test is about the call, not the teardown
 
 if mode == "any_source_then_other_size":
     # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
