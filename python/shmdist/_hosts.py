@@ -296,6 +296,7 @@ class _Agreement:
     def __init__(self, group):
         self.g = group
         self._texts = {}  # (text, bytes) -> its encoded uint8 tensor (calls repeat)
+        self.abandoned = None  # the Work of the last frame posted without waiting
 
     # -- describing calls
 
@@ -340,6 +341,11 @@ class _Agreement:
         """On a leader: the frames of every host's leader, in host order, after this leader's
         (its call, and `payload` if it fits) went to all; and the verdict: None when all called
         the same, else the InvalidArgument text every leader computes alike."""
+        work, frames = self._post(call, payload)
+        work.wait()
+        return self._verdict(frames), frames
+
+    def _post(self, call, payload=None):
         g = self.g
         frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
         frame[:self.TEXT] = self._encode(call, self.TEXT)
@@ -348,8 +354,7 @@ class _Agreement:
             frame[self.TEXT:self.TEXT + nbytes] = payload.contiguous().reshape(-1).view(
                 torch.uint8)
         frames = [torch.empty_like(frame) for _ in g.hosts]
-        g.leaders.allgather([frames], [frame]).wait()
-        return self._verdict(frames), frames
+        return g.leaders.allgather([frames], [frame]), frames
 
     def _verdict(self, frames):
         texts = [f[:self.TEXT] for f in frames]
@@ -381,8 +386,12 @@ class _Agreement:
             step()
         except _C.InvalidArgument as e:
             if self.g.leaders is not None:
+                # Posted, not waited for: this rank raises at once, as its host mates do, and
+                # the other leaders' frames of this call meet it whenever they come (gloo's
+                # worker sends it; the Work keeps the tensors).
                 text = self.g._named_globally(str(e))
-                self.exchange("!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))
+                self.abandoned = self._post(
+                    "!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
             raise
 
     def release(self, error, tensor=None):

@@ -325,9 +325,9 @@ CROSS_MISMATCH = {
 def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
     """Issue 30: host A's ranks and host B's call collectives that disagree (another
     collective, count, dtype, reduce op, root, all_to_all's splits; all_reduce's small
-    counts travel with the check, large ones after it), each host agreeing within itself: every rank of both hosts,
-    leaders and the others, raises InvalidArgument naming both calls and the global ranks of
-    the two hosts' leaders, and a correct all_reduce after it works (the failed call moved
+    counts travel with the check, large ones after it), each host agreeing within itself:
+    every rank of both hosts, leaders and the others, raises InvalidArgument naming both calls
+    and the global ranks of the two hosts' leaders, and a correct all_reduce after it works (the failed call moved
     nothing). Before: the leaders' gloo calls waited out the timeout (600 s here, the test is
     bounded far below) or gloo aborted the process on a message of another size."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
@@ -345,6 +345,30 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
         assert "group rank 0 (global rank 0)" in caught[0], text
         assert "group rank 2 (global rank 2)" in caught[0], text
         assert call_a in caught[0] and call_b in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too():
+    """Issue 30: global ranks 2 and 3 (host B) call all_reduce of 4 and 8 elements, host A's
+    of 4: host B's "shm" part finds it, and host B's leader sends the text to host A's in
+    place of its call, so host A's ranks raise the same InvalidArgument (naming global ranks 2
+    and 3) instead of waiting in gloo for host B's partial."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b"],
+                        timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        assert "group rank 3 (global rank 3)" in caught[0], text
+        assert "group rank 2 (global rank 2)" in caught[0], text
+        assert "8 elements" in caught[0] and "4 elements" in caught[0], text
         assert f"AFTER rank={r} ok" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
