@@ -287,7 +287,8 @@ class _Agreement:
     Small payloads (at most SMALL bytes: all_reduce's host partial, broadcast's data) travel in
     the frame itself, so the check costs no extra round trip between hosts; a rank whose
     tensor the host step changed restores it on disagreement (a copy of at most SMALL bytes).
-    Larger ones are checked first (the frame without payload), then moved as before."""
+    Larger ones are checked first (check_all: the calls gathered inside the host, then the
+    frame without payload), then moved as before."""
 
     TEXT = 512  # bytes of a frame's call text
     SMALL = 4096  # payload bytes that travel in the frame
@@ -1095,7 +1096,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
             op = dist.ReduceOp.SUM
         if self._agree.small(tensor):
             return self._allreduce_small(tensor, op, avg, call)
-        self._agree.check(call)  # issue 30: before any gloo message of the tensor's size
+        self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
@@ -1138,7 +1139,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         call = self._agree.call("broadcast", self._one(tensors, "broadcast"), root=("src", src))
         if self._agree.small(tensors[0]):
             return self._broadcast_small(tensors[0], src, src_host, call)
-        self._agree.check(call)  # issue 30: before any gloo message of the tensor's size
+        self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         # src's host first (its leader included), then the leaders, then the other hosts.
         if self._host == src_host:
             self.local.broadcast(tensors, _broadcast_opts(self._local_rank[src])).wait()

@@ -350,12 +350,14 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too():
-    """Issue 30: global ranks 2 and 3 (host B) call all_reduce of 4 and 8 elements, host A's
-    of 4: host B's "shm" part finds it, and host B's leader sends the text to host A's in
-    place of its call, so host A's ranks raise the same InvalidArgument (naming global ranks 2
-    and 3) instead of waiting in gloo for host B's partial."""
-    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b"],
+@pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000)])
+def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case, n):
+    """Issue 30: global rank 3 (host B) calls all_reduce of n + 1 elements, the others of n:
+    host B finds it (its "shm" part, or for more than 4 KiB its leader comparing the calls it
+    gathered), and host B's leader sends the text to host A's in place of its call, so host
+    A's ranks raise the same InvalidArgument (naming global ranks 2 and 3) instead of waiting
+    in gloo for host B's partial."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case],
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
     ranks = _ranks(reports)
     text = _show(reports)
@@ -368,7 +370,7 @@ def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too():
         assert "disagree" in caught[0], text
         assert "group rank 3 (global rank 3)" in caught[0], text
         assert "group rank 2 (global rank 2)" in caught[0], text
-        assert "8 elements" in caught[0] and "4 elements" in caught[0], text
+        assert f"{n + 1} elements" in caught[0] and f"{n} elements" in caught[0], text
         assert f"AFTER rank={r} ok" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

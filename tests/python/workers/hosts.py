@@ -151,9 +151,10 @@ if mode == "cross_mismatch":
             # Rank 0 sends 1 element to rank 2, which expects 2 from it.
             return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
                                           else [2, 1, 1, 0], [1, 1, 1, 1])
-        if case == "inside_host_b":
-            # Host B's ranks disagree among themselves (4 against 8 elements), host A agrees.
-            return dist.all_reduce(torch.zeros(8 if rank == 3 else small))
+        if case in ("inside_host_b", "inside_host_b_large"):
+            # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
+            n = small if case == "inside_host_b" else large
+            return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
