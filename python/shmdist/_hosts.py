@@ -298,6 +298,8 @@ class _Agreement:
         self.g = group
         self._texts = {}  # (text, bytes) -> its encoded uint8 tensor (calls repeat)
         self.abandoned = None  # the Work of the last frame posted without waiting
+        self._frame = self._frames = None  # exchange's buffers (allocated once)
+        self._headers = {}  # payload bytes -> release's buffer
 
     # -- describing calls
 
@@ -306,8 +308,10 @@ class _Agreement:
         parts = []
         if op is not None:
             parts.append("op=" + _OP_NAMES.get(_kind(op), str(_kind(op))))
-        if root is not None:
-            parts.append(root[0] + "=" + str(self.g.global_ranks[root[1]]))
+        if root is not None:  # gloo refuses a root outside the group; said as given here
+            r = root[1]
+            parts.append(root[0] + "=" + str(self.g.global_ranks[r] if 0 <= r < self.g.size()
+                                               else r))
         if tensor is not None:
             parts.append(str(tensor.dtype))
             parts.append(str(tensor.numel() if count is None else count) + " elements")
@@ -342,20 +346,23 @@ class _Agreement:
         """On a leader: the frames of every host's leader, in host order, after this leader's
         (its call, and `payload` if it fits) went to all; and the verdict: None when all called
         the same, else the InvalidArgument text every leader computes alike."""
-        work, frames = self._post(call, payload)
+        if self._frame is None:  # this group's frames, reused: each call waits for its own
+            self._frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
+            self._frames = [torch.empty_like(self._frame) for _ in self.g.hosts]
+        work, frames = self._post(call, payload, self._frame, self._frames)
         work.wait()
         return self._verdict(frames), frames
 
-    def _post(self, call, payload=None):
-        g = self.g
-        frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
+    def _post(self, call, payload=None, frame=None, frames=None):
+        if frame is None:
+            frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
+            frames = [torch.empty_like(frame) for _ in self.g.hosts]
         frame[:self.TEXT] = self._encode(call, self.TEXT)
         if payload is not None and self.small(payload):
             nbytes = payload.numel() * payload.element_size()
             frame[self.TEXT:self.TEXT + nbytes] = payload.contiguous().reshape(-1).view(
                 torch.uint8)
-        frames = [torch.empty_like(frame) for _ in g.hosts]
-        return g.leaders.allgather([frames], [frame]), frames
+        return self.g.leaders.allgather([frames], [frame]), frames
 
     def _verdict(self, frames):
         texts = [f[:self.TEXT] for f in frames]
@@ -402,7 +409,12 @@ class _Agreement:
         g = self.g
         nbytes = 0 if tensor is None else tensor.numel() * tensor.element_size()
         if len(g.hosts[g._host]) > 1:
-            frame = torch.empty(self.HEADER + nbytes, dtype=torch.uint8)
+            frame = self._headers.get(nbytes)
+            if frame is None:
+                if len(self._headers) > 64:
+                    self._headers.clear()
+                frame = self._headers[nbytes] = torch.empty(self.HEADER + nbytes,
+                                                            dtype=torch.uint8)
             if g.leaders is not None:
                 frame[:self.HEADER] = self._encode(error or "", self.HEADER)
                 if nbytes and error is None:
