@@ -295,7 +295,9 @@ class _Agreement:
     HEADER = 1024  # bytes of the verdict broadcast inside a host
 
     def __init__(self, group):
-        self.g = group
+        # A proxy: the group holds this helper, and a cycle would keep the group (its gloo
+        # groups and their threads) alive past destroy_process_group, to the interpreter's end.
+        self.g = weakref.proxy(group)
         self._texts = {}  # (text, bytes) -> its encoded uint8 tensor (calls repeat)
         self.abandoned = None  # the Work of the last frame posted without waiting
         self._frame = self._frames = None  # exchange's buffers (allocated once)
