@@ -10,6 +10,7 @@ namespaces with separate /dev/shm on one machine are two hosts; one host with ma
 one. The probes are removed as soon as every rank has looked (and on every failure).
 """
 
+import atexit
 import functools
 import os
 import re
@@ -1417,9 +1418,21 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
     if not ranks:
         _world = weakref.ref(group)
         group.deaths = _Deaths(store, prefix)
-        threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
-                         name="shmdist-hosts-watch").start()
+        watcher = threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
+                                   name="shmdist-hosts-watch")
+        watcher.start()
+        # Stopped before the interpreter finalizes: a daemon thread that returns from a C++
+        # call which released the GIL (_check_world_peers) while Python finalizes is ended by
+        # pthread_exit inside that call, and the C++ runtime aborts the process ("terminate
+        # called without an active exception") after the program ended well. The world can
+        # outlive destroy_process_group (torch's DeviceMesh and DTensor keep groups).
+        atexit.register(_stop_watching, group.deaths, watcher)
     return group
+
+
+def _stop_watching(deaths, watcher):
+    deaths.watching = False
+    watcher.join(timeout=2 * _Deaths.POLL + 1.0)
 
 
 def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks, world_job,
