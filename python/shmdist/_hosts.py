@@ -10,6 +10,7 @@ namespaces with separate /dev/shm on one machine are two hosts; one host with ma
 one. The probes are removed as soon as every rank has looked (and on every failure).
 """
 
+import atexit
 import functools
 import os
 import queue
@@ -259,6 +260,238 @@ _COMBINE = {
 _SUM_OVER_GLOO = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
+_OP_NAMES = {_kind(getattr(dist.ReduceOp, n)): n for n in
+             ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")}
+
+
+def _disagree(text):
+    """InvalidArgument(text), marked as naming global ranks already (_watched leaves it)."""
+    e = _C.InvalidArgument(text)
+    e.named_globally = True
+    return e
+
+
+class _Agreement:
+    """Issue 30: the members of a collective across hosts agree on it before any gloo message
+    whose size could differ is sent (gloo waits out the timeout for a call that never comes,
+    or aborts the process, SIGABRT, on a message of another size).
+
+    Every collective meets the other hosts at one place: a gloo all_gather among the leaders
+    (the lowest rank of each host) of one FRAME of fixed size: the leader's call described in
+    text ("all_reduce(op=SUM, torch.float32, 4 elements)"; "!<error>" when its host failed
+    inside), then up to SMALL bytes of payload. Equal sizes, so gloo never sees a size
+    mismatch whatever the hosts called; the leaders compare the texts and all reach the same
+    verdict. Then each leader broadcasts the verdict inside its host over "shm" (a HEADER of
+    the error text, empty when they agree), and every rank raises InvalidArgument on
+    disagreement. Inside a host, the host's "shm" part finds disagreement itself (it checks
+    its members' calls before it moves data), or, for the operations that go over gloo among
+    all ranks, the leader compares its members' call texts (gathered over "shm").
+
+    Small payloads (at most SMALL bytes: all_reduce's host partial, broadcast's data) travel in
+    the frame itself, so the check costs no extra round trip between hosts; a rank whose
+    tensor the host step changed restores it on disagreement (a copy of at most SMALL bytes).
+    Larger ones are checked first (check_all: the calls gathered inside the host, then the
+    frame without payload), then moved as before."""
+
+    TEXT = 512  # bytes of a frame's call text
+    SMALL = 4096  # payload bytes that travel in the frame
+    HEADER = 1024  # bytes of the verdict broadcast inside a host
+
+    def __init__(self, group):
+        # A proxy: the group holds this helper, and a cycle would keep the group (its gloo
+        # groups and their threads) alive past destroy_process_group, to the interpreter's end.
+        self.g = weakref.proxy(group)
+        self._texts = {}  # (text, bytes) -> its encoded uint8 tensor (calls repeat)
+        self.abandoned = None  # the Work of the last frame posted without waiting
+        self._frame = self._frames = None  # exchange's buffers (allocated once)
+        self._headers = {}  # payload bytes -> release's buffer
+
+    # -- describing calls
+
+    def call(self, what, tensor=None, op=None, root=None, count=None):
+        """The text of a call, as lib/coll/fingerprint.cpp says it: root as a global rank."""
+        parts = []
+        if op is not None:
+            parts.append("op=" + _OP_NAMES.get(_kind(op), str(_kind(op))))
+        if root is not None:  # gloo refuses a root outside the group; said as given here
+            r = root[1]
+            parts.append(root[0] + "=" + str(self.g.global_ranks[r] if 0 <= r < self.g.size()
+                                               else r))
+        if tensor is not None:
+            parts.append(str(tensor.dtype))
+            parts.append(str(tensor.numel() if count is None else count) + " elements")
+        return what + "(" + ", ".join(parts) + ")"
+
+    def _encode(self, text, size):
+        t = self._texts.get((text, size))
+        if t is None:
+            data = text.encode()[:size]
+            t = torch.zeros(size, dtype=torch.uint8)
+            if data:
+                t[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if len(self._texts) > 256:
+                self._texts.clear()
+            self._texts[(text, size)] = t
+        return t
+
+    @staticmethod
+    def _decode(frame):
+        return bytes(frame.tolist()).rstrip(b"\0").decode(errors="replace")
+
+    def small(self, tensor):
+        return tensor.numel() * tensor.element_size() <= self.SMALL
+
+    def _leader_of(self, h):
+        r = self.g.hosts[h][0]
+        return "group rank " + str(r) + " (global rank " + str(self.g.global_ranks[r]) + ")"
+
+    # -- the leaders' exchange
+
+    def exchange(self, call, payload=None):
+        """On a leader: the frames of every host's leader, in host order, after this leader's
+        (its call, and `payload` if it fits) went to all; and the verdict: None when all called
+        the same, else the InvalidArgument text every leader computes alike."""
+        if self._frame is None:  # this group's frames, reused: each call waits for its own
+            self._frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
+            self._frames = [torch.empty_like(self._frame) for _ in self.g.hosts]
+        work, frames = self._post(call, payload, self._frame, self._frames)
+        work.wait()
+        return self._verdict(frames), frames
+
+    def _post(self, call, payload=None, frame=None, frames=None):
+        if frame is None:
+            frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
+            frames = [torch.empty_like(frame) for _ in self.g.hosts]
+        frame[:self.TEXT] = self._encode(call, self.TEXT)
+        if payload is not None and self.small(payload):
+            nbytes = payload.numel() * payload.element_size()
+            frame[self.TEXT:self.TEXT + nbytes] = payload.contiguous().reshape(-1).view(
+                torch.uint8)
+        return self.g.leaders.allgather([frames], [frame]), frames
+
+    def _verdict(self, frames):
+        texts = [f[:self.TEXT] for f in frames]
+        if int(texts[0][0]) != ord("!") and all(torch.equal(t, texts[0]) for t in texts[1:]):
+            return None
+        calls = [self._decode(t) for t in texts]
+        for h, c in enumerate(calls):
+            if c.startswith("!"):
+                return c[1:]
+        h = next(h for h in range(1, len(calls)) if calls[h] != calls[0])
+        return ("shm backend: a collective across hosts: the members' calls disagree: " +
+                self._leader_of(h) + " called " + calls[h] + " but " + self._leader_of(0) +
+                " called " + calls[0] + ". Every member must call the same collectives in "
+                "the same order, with the same op, dtype, element counts and root; this call "
+                "did nothing on any member")
+
+    def payload(self, frame, like):
+        """The payload of a frame, as a tensor of `like`'s dtype and shape (a view)."""
+        nbytes = like.numel() * like.element_size()
+        return frame[self.TEXT:self.TEXT + nbytes].view(like.dtype).view(like.shape)
+
+    # -- inside each host
+
+    def in_host(self, step):
+        """Runs `step` (this host's "shm" part of the call, which checks that the host's ranks
+        agree). When it raises InvalidArgument on a leader, the other hosts' leaders, waiting
+        in the exchange, get the text (so that their ranks raise too) before it is raised."""
+        try:
+            step()
+        except _C.InvalidArgument as e:
+            if self.g.leaders is not None:
+                # Posted, not waited for: this rank raises at once, as its host mates do, and
+                # the other leaders' frames of this call meet it whenever they come (gloo's
+                # worker sends it; the Work keeps the tensors).
+                text = self.g._named_globally(str(e))
+                self.abandoned = self._post(
+                    "!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
+            raise
+
+    def release(self, error, tensor=None):
+        """Every rank of this host: the leader's verdict (`error`, None when the hosts agree)
+        broadcast inside the host, followed by `tensor`'s bytes (a small payload the leader
+        holds, copied into `tensor` on the others); raises InvalidArgument on disagreement."""
+        g = self.g
+        nbytes = 0 if tensor is None else tensor.numel() * tensor.element_size()
+        if len(g.hosts[g._host]) > 1:
+            frame = self._headers.get(nbytes)
+            if frame is None:
+                if len(self._headers) > 64:
+                    self._headers.clear()
+                frame = self._headers[nbytes] = torch.empty(self.HEADER + nbytes,
+                                                            dtype=torch.uint8)
+            if g.leaders is not None:
+                frame[:self.HEADER] = self._encode(error or "", self.HEADER)
+                if nbytes and error is None:
+                    frame[self.HEADER:] = tensor.contiguous().reshape(-1).view(torch.uint8)
+            g.local.broadcast([frame], _broadcast_opts(0)).wait()
+            if g.leaders is None:
+                if int(frame[0]) != 0:
+                    error = self._decode(frame[:self.HEADER])
+                elif nbytes:
+                    tensor.copy_(frame[self.HEADER:].view(tensor.dtype).view(tensor.shape))
+        if error is not None:
+            raise _disagree(error)
+
+    def check(self, call):
+        """The check without payload, for a call whose data moves after it: the leaders'
+        exchange, then the verdict inside each host."""
+        error = self.exchange(call)[0] if self.g.leaders is not None else None
+        self.release(error)
+
+    def check_all(self, call):
+        """The check of an operation that goes over gloo among all ranks: the host's calls
+        gathered to its leader over "shm" (a frame of fixed size each) and compared there,
+        then as check()."""
+        g = self.g
+        host = g.hosts[g._host]
+        text = self._encode(call, self.TEXT)
+        error = None
+        if len(host) > 1:
+            calls = [torch.empty_like(text) for _ in host]
+            g.local.allgather([calls], [text]).wait()
+            bad = next((i for i in range(1, len(host)) if not torch.equal(calls[i], calls[0])),
+                       None)
+            if bad is not None:
+                def who(i):
+                    return "group rank " + str(host[i]) + " (global rank " + \
+                        str(g.global_ranks[host[i]]) + ")"
+                error = ("shm backend: a collective across hosts: the members' calls "
+                         "disagree: " + who(bad) + " called " + self._decode(calls[bad]) +
+                         " but " + who(0) + " called " + self._decode(calls[0]) + ". Every "
+                         "member must call the same collectives in the same order, with the "
+                         "same op, dtype, element counts and root; this call did nothing on "
+                         "any member")
+        if g.leaders is not None:
+            theirs = self.exchange(call if error is None else
+                                   "!" + error.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
+            error = error or theirs
+        self.release(error)
+
+    def check_splits(self, what, sends, recvs):
+        """all_to_all's pieces, after check_all agreed on the call: every rank's elements to
+        and from each group rank (2 x size counts, the same size on every rank) go to all
+        ranks over gloo, and every rank finds the same first pair that disagrees."""
+        g = self.g
+        n = g.size()
+        mine = torch.tensor(list(sends) + list(recvs), dtype=torch.int64)
+        rows = [torch.empty_like(mine) for _ in range(n)]
+        g.gloo.allgather([rows], [mine]).wait()
+        counts = [row.tolist() for row in rows]
+
+        def who(r):
+            return "group rank " + str(r) + " (global rank " + str(g.global_ranks[r]) + ")"
+        for i in range(n):
+            for j in range(n):
+                if counts[i][j] != counts[j][n + i]:
+                    raise _disagree(
+                        "shm backend: " + what + " across hosts: the members' splits "
+                        "disagree: " + who(i) + " sends " + str(counts[i][j]) + " elements to " +
+                        who(j) + ", which expects " + str(counts[j][n + i]) + " from it. Every "
+                        "member must call the same collectives in the same order, with "
+                        "matching splits; this call did nothing on any member")
+
+
 def _refuse(op, why=""):
     raise _C.InvalidArgument(
         "shm backend: " + op + " across hosts is not supported yet" + (": " + why if why else "")
@@ -384,6 +617,8 @@ def _watched(what):
             try:
                 return method(self, *args, **kwargs)
             except _C.InvalidArgument as e:
+                if getattr(e, "named_globally", False):
+                    raise
                 renamed = self._named_globally(str(e))
                 if renamed == str(e):
                     raise
@@ -869,6 +1104,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         # this host's members, or for a sub-group whose "shm" part is a sub-group of the
         # world's, the world's members on this host (set by the creator).
         self._host_job_globals = [self.global_ranks[r] for r in hosts[self._host]]
+        self._agree = _Agreement(self)  # the hosts agree on each collective first (issue 30)
 
     def getBackendName(self):
         return "shm"
@@ -973,10 +1209,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def barrier(self, opts=None):
         # Nobody leaves before everyone entered: a leader passes the leaders' barrier only once
         # every leader has, each after its host's members entered; members leave after it.
-        self.local.barrier().wait()
-        if self.leaders is not None:
-            self.leaders.barrier().wait()
-        self.local.barrier().wait()
+        self._agree.in_host(lambda: self.local.barrier().wait())
+        self._agree.check("barrier()")  # the leaders' exchange, then the release in each host
         return _done([])
 
     @_watched("monitored_barrier")
@@ -1030,12 +1264,36 @@ class ProcessGroupHosts(dist.ProcessGroup):
                     "SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR and BXOR are")
         return opts.reduceOp
 
-    def _allreduce_one(self, tensor, op):
+    def _allreduce_small(self, tensor, op, avg, call):
+        """_allreduce_one of at most _Agreement.SMALL bytes: the host partials travel with the
+        check in one frame among the leaders, combined in host order (the same bits as
+        _combine_hosts); on disagreement the leader's tensor gets its input back."""
+        keep = tensor.clone() if self.leaders is not None else None
+        self._agree.in_host(lambda: self.local.reduce([tensor], _reduce_opts(0, op)).wait())
+        error = None
+        if self.leaders is not None:
+            error, frames = self._agree.exchange(call, tensor)
+            if error is None:
+                acc = self._agree.payload(frames[0], tensor)
+                combine = _COMBINE[_kind(op)]
+                for frame in frames[1:]:
+                    acc = combine(acc, self._agree.payload(frame, tensor))
+                tensor.copy_(acc)
+                if avg:
+                    tensor.div_(self.size())
+            else:
+                tensor.copy_(keep)
+        self._agree.release(error, tensor)
+
+    def _allreduce_one(self, tensor, op, call):
         # AVG: the SUM in the documented order, divided by the group's size on each leader
         # (in the tensor's dtype) before it broadcasts: every rank gets the same bits.
         avg = _kind(op) == _AVG
         if avg:
             op = dist.ReduceOp.SUM
+        if self._agree.small(tensor):
+            return self._allreduce_small(tensor, op, avg, call)
+        self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
@@ -1048,7 +1306,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         tensor = self._one(tensors, "all_reduce")
         op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
                             [tensor])
-        self._allreduce_one(tensor, op)
+        self._allreduce_one(tensor, op, self._agree.call("all_reduce", tensor, op))
         return _done([tensor])
 
     @_watched("all_reduce_coalesced")
@@ -1056,7 +1314,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         op = self._check_op(opts if opts is not None else dist.AllreduceCoalescedOptions(),
                             "all_reduce_coalesced", tensors)
         for tensor in tensors:
-            self._allreduce_one(tensor, op)
+            self._allreduce_one(tensor, op, self._agree.call("all_reduce_coalesced", tensor, op))
         return _done(list(tensors))
 
     @_watched("reduce")
@@ -1064,7 +1322,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
         tensor = self._one(tensors, "reduce")
         op = self._check_op(opts, "reduce", [tensor])
         result = tensor.clone()
-        self._allreduce_one(result, op)
+        self._allreduce_one(result, op, self._agree.call("reduce", tensor, op,
+                                                         ("dst", opts.rootRank)))
         if self.rank() == opts.rootRank:
             tensor.copy_(result)
         return _done([tensor])
@@ -1074,6 +1333,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
         src = opts.rootRank if opts is not None else 0
         self._local_peer(src)
         src_host = self._host_of[src]
+        call = self._agree.call("broadcast", self._one(tensors, "broadcast"), root=("src", src))
+        if self._agree.small(tensors[0]):
+            return self._broadcast_small(tensors[0], src, src_host, call)
+        self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         # src's host first (its leader included), then the leaders, then the other hosts.
         if self._host == src_host:
             self.local.broadcast(tensors, _broadcast_opts(self._local_rank[src])).wait()
@@ -1083,10 +1346,33 @@ class ProcessGroupHosts(dist.ProcessGroup):
             self.local.broadcast(tensors, _broadcast_opts(0)).wait()
         return _done(list(tensors))
 
+    def _broadcast_small(self, tensor, src, src_host, call):
+        """broadcast of at most _Agreement.SMALL bytes: the data travels with the check in the
+        leaders' frames; on disagreement the ranks of src's host get their input back."""
+        keep = tensor.clone() if self._host == src_host and self.rank() != src else None
+        if self._host == src_host:
+            self._agree.in_host(lambda: self.local.broadcast(
+                [tensor], _broadcast_opts(self._local_rank[src])).wait())
+        error = None
+        if self.leaders is not None:
+            error, frames = self._agree.exchange(call, tensor if self._host == src_host
+                                                 else None)
+            if error is None and self._host != src_host:
+                tensor.copy_(self._agree.payload(frames[src_host], tensor))
+        try:
+            self._agree.release(error, tensor if self._host != src_host else None)
+        except _C.InvalidArgument:
+            if keep is not None:
+                tensor.copy_(keep)
+            raise
+        return _done([tensor])
+
     # Operations that only move data go over gloo among all members: exact, as "shm"'s.
 
     @_watched("all_gather")
     def allgather(self, output_tensors, input_tensors, opts=None):
+        self._agree.check_all(self._agree.call("all_gather", self._one(input_tensors,
+                                                                     "all_gather")))
         return self.gloo.allgather(output_tensors, input_tensors)
 
     @_watched("all_gather_into_tensor")
@@ -1097,6 +1383,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
                                      "world size x the input's size, got " +
                                      str(tuple(output.shape)) + " for an input of " +
                                      str(tuple(input.shape)))
+        self._agree.check_all(self._agree.call("all_gather_into_tensor", input))
         staging = [torch.empty_like(input) for _ in range(self.size())]
         self.gloo.allgather([staging], [input]).wait()
         for o, s in zip(outputs, staging):
@@ -1110,12 +1397,16 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def gather(self, output_tensors, input_tensors, opts=None):
         o = dist.GatherOptions()
         o.rootRank = opts.rootRank
+        self._agree.check_all(self._agree.call("gather", self._one(input_tensors, "gather"),
+                                               root=("dst", opts.rootRank)))
         return self.gloo.gather(output_tensors, input_tensors, o)
 
     @_watched("scatter")
     def scatter(self, output_tensors, input_tensors, opts=None):
         o = dist.ScatterOptions()
         o.rootRank = opts.rootRank
+        self._agree.check_all(self._agree.call("scatter", self._one(output_tensors, "scatter"),
+                                               root=("src", opts.rootRank)))
         return self.gloo.scatter(output_tensors, input_tensors, o)
 
     # all_to_all only moves data: over gloo among all members (its all_to_all_single; the
@@ -1123,9 +1414,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("all_to_all_single")
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        self._check_all_to_all("all_to_all_single", output, input, output_split_sizes,
+                               input_split_sizes)
         self.gloo.alltoall_base(output, input, list(output_split_sizes),
                                 list(input_split_sizes), dist.AllToAllOptions()).wait()
         return _done([output])
+
+    def _check_all_to_all(self, what, output, input, output_split_sizes, input_split_sizes):
+        """Issue 30: the ranks agree on the call (dtype), then on every pair's piece."""
+        n = self.size()
+        self._agree.check_all(self._agree.call(what, input, count=input.numel()) if not (
+            output_split_sizes or input_split_sizes) else what + "(" + str(input.dtype) + ")")
+        if output_split_sizes or input_split_sizes:  # else the count in the call says it
+            self._agree.check_splits(what, list(input_split_sizes) or [input.numel() // n] * n,
+                                     list(output_split_sizes) or [output.numel() // n] * n)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):  # torch 2.13's name
@@ -1145,6 +1447,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
                                      str(sorted(map(str, dtypes))))
         flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
         flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
+        self._check_all_to_all("all_to_all", flat_out, flat_in,
+                               [t.numel() for t in output_tensors],
+                               [t.numel() for t in input_tensors])
         self.gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
                                 [t.numel() for t in input_tensors],
                                 dist.AllToAllOptions()).wait()
@@ -1161,7 +1466,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         pieces[r] on this rank (only this rank's entry is written)."""
         op = self._check_op(opts if opts is not None else dist.ReduceScatterOptions(), what,
                             [flat])
-        self._allreduce_one(flat, op)
+        self._allreduce_one(flat, op, self._agree.call(what, flat, op))
         mine = pieces[self.rank()]
         offset = sum(p.numel() for p in pieces[:self.rank()])
         mine.copy_(flat[offset:offset + mine.numel()].view(mine.shape))
@@ -1295,9 +1600,21 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
     if not ranks:
         _world = weakref.ref(group)
         group.deaths = _Deaths(store, prefix, group.global_ranks[rank])
-        threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
-                         name="shmdist-hosts-watch").start()
+        watcher = threading.Thread(target=group.deaths.watch, args=(_world,), daemon=True,
+                                   name="shmdist-hosts-watch")
+        watcher.start()
+        # Stopped before the interpreter finalizes: a daemon thread that returns from a C++
+        # call which released the GIL (_check_world_peers) while Python finalizes is ended by
+        # pthread_exit inside that call, and the C++ runtime aborts the process ("terminate
+        # called without an active exception") after the program ended well. The world can
+        # outlive destroy_process_group (torch's DeviceMesh and DTensor keep groups).
+        atexit.register(_stop_watching, group.deaths, watcher)
     return group
+
+
+def _stop_watching(deaths, watcher):
+    deaths.watching = False
+    watcher.join(timeout=2 * _Deaths.POLL + 1.0)
 
 
 def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks, world_job,

@@ -315,6 +315,85 @@ def test_a_collective_mismatch_inside_a_host_names_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+# Each case: (what host A's ranks call, what host B's call), as the error names them
+# (for all_to_all's splits: the pair that disagrees).
+CROSS_MISMATCH = {
+    "all_reduce_vs_broadcast": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                                "broadcast(src=2, torch.float32, 4 elements)"),
+    "count_small": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                    "all_reduce(op=SUM, torch.float32, 8 elements)"),
+    "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
+                    "all_reduce(op=SUM, torch.float32, 300001 elements)"),
+    "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+                             "all_reduce(op=SUM, torch.float32, 300000 elements)"),
+    "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+              "all_reduce(op=SUM, torch.float64, 4 elements)"),
+    "op": ("all_reduce(op=SUM, torch.float32, 4 elements)",
+           "all_reduce(op=MAX, torch.float32, 4 elements)"),
+    "root": ("broadcast(src=0, torch.float32, 4 elements)",
+             "broadcast(src=2, torch.float32, 4 elements)"),
+    "all_gather": ("all_gather(torch.float32, 4 elements)",
+                   "all_gather(torch.float32, 8 elements)"),
+    "all_to_all_splits": ("group rank 0 (global rank 0) sends 1 elements to group rank 2 "
+                          "(global rank 2), which expects 2 from it", "splits disagree"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CROSS_MISMATCH))
+def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
+    """Issue 30: host A's ranks and host B's call collectives that disagree (another
+    collective, count, dtype, reduce op, root, all_to_all's splits; all_reduce's small
+    counts travel with the check, large ones after it), each host agreeing within itself:
+    every rank of both hosts, leaders and the others, raises InvalidArgument naming both calls
+    and the global ranks of the two hosts' leaders, and a correct all_reduce after it works (the failed call moved
+    nothing). Before: the leaders' gloo calls waited out the timeout (600 s here, the test is
+    bounded far below) or gloo aborted the process on a message of another size."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    call_a, call_b = CROSS_MISMATCH[case]
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text  # no abort
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "across hosts" in caught[0] and "disagree" in caught[0], text
+        assert "group rank 0 (global rank 0)" in caught[0], text
+        assert "group rank 2 (global rank 2)" in caught[0], text
+        assert call_a in caught[0] and call_b in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000)])
+def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case, n):
+    """Issue 30: global rank 3 (host B) calls all_reduce of n + 1 elements, the others of n:
+    host B finds it (its "shm" part, or for more than 4 KiB its leader comparing the calls it
+    gathered), and host B's leader sends the text to host A's in place of its call, so host
+    A's ranks raise the same InvalidArgument (naming global ranks 2 and 3) instead of waiting
+    in gloo for host B's partial."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case],
+                        timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        assert "group rank 3 (global rank 3)" in caught[0], text
+        assert "group rank 2 (global rank 2)" in caught[0], text
+        assert f"{n + 1} elements" in caught[0] and f"{n} elements" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 @pytest.mark.parametrize("order", ["2,1", "1,2"])
 def test_named_recv_after_any_source_takes_another_size(order):
     """Review 5: recv(src=None) of 4 elements served over one transport, then recv(src=X) of

@@ -141,6 +141,54 @@ if mode == "mismatch":
     time.sleep(2)
     os._exit(0)
 
+if mode == "cross_mismatch":
+    # Issue 30: host A (ranks 0, 1) and host B (ranks 2, 3) call collectives that disagree
+    # (argv[2] says how; each host agrees within itself). Every rank prints what it caught,
+    # then all call a correct all_reduce: the failed call moved nothing, the group still works.
+    case = sys.argv[2]
+    host_a = rank < 2
+    small, large = 4, 300_000  # large: above the composite's small-frame limit (4 KiB)
+
+    def call():
+        if case == "all_reduce_vs_broadcast":
+            t = torch.zeros(small)
+            return dist.all_reduce(t) if host_a else dist.broadcast(t, 2)
+        if case in ("count_small", "count_large", "count_small_vs_large"):
+            a, b = {"count_small": (small, 8), "count_large": (large, large + 1),
+                    "count_small_vs_large": (small, large)}[case]
+            return dist.all_reduce(torch.zeros(a if host_a else b))
+        if case == "dtype":
+            return dist.all_reduce(torch.zeros(small, dtype=torch.float32 if host_a
+                                               else torch.float64))
+        if case == "op":
+            return dist.all_reduce(torch.zeros(small), op=dist.ReduceOp.SUM if host_a
+                                   else dist.ReduceOp.MAX)
+        if case == "root":
+            return dist.broadcast(torch.zeros(small), 0 if host_a else 2)
+        if case == "all_gather":
+            n = small if host_a else 8
+            return dist.all_gather([torch.zeros(n) for _ in range(world)], torch.zeros(n))
+        if case == "all_to_all_splits":
+            # Rank 0 sends 1 element to rank 2, which expects 2 from it.
+            return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
+                                          else [2, 1, 1, 0], [1, 1, 1, 1])
+        if case in ("inside_host_b", "inside_host_b_large"):
+            # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
+            n = small if case == "inside_host_b" else large
+            return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
+        raise SystemExit(f"unknown case {case}")
+    dist.barrier()
+    try:
+        call()
+        say(f"FAIL cross_mismatch rank={rank}: the call returned")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    dist.destroy_process_group()
+    sys.exit(0)
+
 if mode == "any_source_then_other_size":
     # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
     # rank, then a named receive of 8 elements from its second (the other transport's
