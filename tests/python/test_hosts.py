@@ -62,6 +62,9 @@ def test_two_hosts_two_ranks_each():
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
+    nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
+            if line.startswith("NANDIGEST ")}
+    assert len(nans) == 1, text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 

@@ -263,6 +263,17 @@ def documented_sum(ranks_by_host):
     return acc
 
 
+def sum_in_documented_order(inputs):
+    """documented_sum's order over the given inputs, rank r's being inputs[r]."""
+    acc = None
+    for host in HOSTS:
+        part = inputs[host[0]]
+        for r in host[1:]:
+            part = part + inputs[r]
+        acc = part if acc is None else acc + part
+    return acc
+
+
 def group_is_hosts():
     pg = c10d._get_default_group()
     expect(isinstance(pg, shmdist.torch.ProcessGroupHosts), f"the world is {pg!r}")
@@ -286,6 +297,24 @@ def all_reduce_documented_order():
     expect_equal(t, torch.full((3,), 2 * 3 * 4 * 5, dtype=torch.int64), "all_reduce PRODUCT")
     work = dist.all_reduce(torch.ones(4), async_op=True)
     work.wait()
+    # Past the leaders' swap of small partials (_hosts._SWAP_MAX_BYTES): gloo's all_reduce
+    # (SUM) and the all-gather (MAX) combine the host partials, in the same order.
+    n = 80_000  # 320 KB
+    t = values(rank, n)
+    dist.all_reduce(t)
+    expect_equal(t, sum_in_documented_order([values(r, n) for r in range(world)]),
+                 "all_reduce SUM of 320 KB")
+    t = values(rank, n)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    expect_equal(t, torch.maximum(torch.maximum(values(0, n), values(1, n)),
+                                  torch.maximum(values(2, n), values(3, n))),
+                 "all_reduce MAX of 320 KB")
+    # NaNs with a payload of each rank's own: which NaN a sum keeps depends on the order of
+    # its operands, so every rank holding the same bits (NANDIGEST, compared by the test)
+    # shows that both leaders combined the two host partials in the same order.
+    t = torch.tensor([0x7FC00000 | (rank + 1)] * 3, dtype=torch.int32).view(torch.float32)
+    dist.all_reduce(t)
+    say(f"NANDIGEST {rank} {t.view(torch.int32).tolist()}")
 
 
 def reduce_to_each():
