@@ -680,11 +680,10 @@ class _InOrder:
     seconds without work), so the caller goes on while it runs: DDP posts each bucket's
     all-reduce from the backward pass and waits for them all at its end, as with gloo, whose
     collectives run on gloo's own threads. A thread that waits for a call nobody has started
-    yet runs it itself (and the calls posted before it, in order) instead of handing it over:
-    torch 1.13 does not say whether its caller waits at once, so every call is posted there,
-    and dist.all_reduce's wait then pays no hand-over between threads. Waiting holds no lock
-    and releases the GIL (threading's waits do, and so do the waits in the "shm" and gloo
-    calls a collective makes)."""
+    yet runs it itself (and the calls posted before it, in order) instead of handing it over
+    (dist.all_reduce(async_op=True) followed at once by wait() pays no hand-over between
+    threads). Waiting holds no lock and releases the GIL (threading's waits do, and so do the
+    waits in the "shm" and gloo calls a collective makes)."""
 
     IDLE = 5.0  # s the group's thread waits for work before it ends
 
@@ -949,11 +948,17 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _in_order(self, what, opts, body, result):
         """The Work of the collective `what` whose communication is body() (over the "shm" part
         and the leaders' group), returning `result`. It runs in the order of this group's
-        collectives (_InOrder): at once on this thread when the caller waits at once anyway
-        (torch 2 says so in the options: asyncOp False) and nothing posted is pending, which
-        costs no hand-over between threads; else it is posted, and the Work completes once it
-        has run. Errors reach wait() (or this call) as _watched makes them."""
-        if not getattr(opts, "asyncOp", True) and self._order.idle():
+        collectives (_InOrder): posted when the caller may go on before it completes (torch 2
+        says so in the options: asyncOp True, as DDP's calls have), and the Work completes
+        once it has run; else at once on this thread (after anything posted before it), which
+        costs no hand-over between threads. Errors reach wait() (or this call) as _watched
+        makes them.
+
+        torch 1.13's options do not say, and its C++ callers (DDP's reducer and parameter
+        broadcast) wait on a Work through c10d's own Work::wait, which a Work written in
+        Python cannot complete there (DDP hung): on torch 1.13 every collective completes
+        before it returns, as before."""
+        if not getattr(opts, "asyncOp", False) and self._order.idle():
             body()
             return _done(result)
         watched = _watched(what)(lambda group: body())

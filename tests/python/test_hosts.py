@@ -182,7 +182,7 @@ def test_errors_of_a_host_name_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-@pytest.mark.parametrize("call", ["recv", "all_reduce"])
+@pytest.mark.parametrize("call", ["recv", "all_reduce", "all_reduce_async"])
 def test_a_rank_killed_on_another_host_is_named_everywhere(call):
     """Global rank 3 is SIGKILLed while ranks 0, 1 (host A) and 2 (host B) wait in a recv
     from it (0 and 1 over gloo) or in an all_reduce (rank 1 over host A's "shm" for its
@@ -198,6 +198,24 @@ def test_a_rank_killed_on_another_host_is_named_everywhere(call):
         assert len(caught) == 1, text
         assert "PeerFailure" in caught[0], text
         assert "rank 3 " in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's collectives across hosts complete before "
+                    "they return (docs/hosts.md)")
+def test_async_collectives_run_in_order_while_the_caller_goes_on():
+    """Rank 0 posts an all_reduce and a broadcast with async_op=True, then sends to rank 2,
+    which receives before it posts them: both complete, in order, waited for in reverse
+    (their results, the future's value, a blocking all_reduce after them)."""
+    reports = run_hosts([[0, 1], [2, 3]], "async_order", timeout=90)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"PASS async_order rank={r}" in res["out"], text
+        assert f"DONE rank={r}" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 

@@ -66,6 +66,8 @@ if mode == "peer_dies":
         try:
             if call == "recv":
                 dist.recv(torch.zeros(1), 3)
+            elif call == "all_reduce_async":  # the error reaches wait() unchanged
+                dist.all_reduce(torch.ones(1), async_op=True).wait()
             else:
                 dist.all_reduce(torch.ones(1))
             say(f"FAIL peer_dies rank={rank}: {call} with the killed rank 3 returned")
@@ -76,6 +78,37 @@ if mode == "peer_dies":
     # process, and ranks that learn the cause from it after rank 0 left cannot (docs/hosts.md).
     time.sleep(2)
     os._exit(0)
+
+if mode == "async_order":
+    # torch 2: collectives posted with async_op=True run in the order posted while this
+    # thread goes on. Rank 0 posts an all_reduce and a broadcast, then sends to rank 2, which
+    # receives before it posts them: a program that runs on gloo, and hung while every
+    # collective across hosts completed before it returned. Waited for in reverse order.
+    def async_order():
+        a = torch.full((2,), float(rank + 1))
+        b = torch.full((3,), float(rank))
+        if rank == 2:
+            got = torch.zeros(1)
+            dist.recv(got, 0)
+            expect_equal(got, torch.full((1,), 7.0), "the message rank 0 sent after posting")
+        works = [dist.all_reduce(a, async_op=True), dist.broadcast(b, 3, async_op=True)]
+        if rank == 0:
+            dist.send(torch.full((1,), 7.0), 2)
+        future = works[0].get_future()
+        works[1].wait()
+        works[0].wait()
+        expect(works[0].is_completed() and works[1].is_completed(), "completed after wait")
+        expect_equal(a, torch.full((2,), 10.0), "all_reduce posted first")
+        expect_equal(b, torch.full((3,), 3.0), "broadcast from rank 3 posted second")
+        expect_equal(future.wait()[0], torch.full((2,), 10.0), "the all_reduce's future")
+        c = torch.full((1,), float(rank))
+        dist.all_reduce(c)  # a call that waits at once, after the posted ones
+        expect_equal(c, torch.full((1,), 6.0), "all_reduce after them")
+    run_checks([async_order])
+    dist.barrier()
+    dist.destroy_process_group()
+    say(f"DONE rank={rank}")
+    sys.exit(0)
 
 if mode == "recv_times_out":
     # Rank 2 waits over host B's "shm" job for a message rank 3 never sends; the others stay
