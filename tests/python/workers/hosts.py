@@ -330,8 +330,8 @@ def all_reduce_documented_order():
     expect_equal(t, torch.full((3,), 2 * 3 * 4 * 5, dtype=torch.int64), "all_reduce PRODUCT")
     work = dist.all_reduce(torch.ones(4), async_op=True)
     work.wait()
-    # Past the leaders' swap of small partials (_hosts._SWAP_MAX_BYTES): gloo's all_reduce
-    # (SUM) and the all-gather (MAX) combine the host partials, in the same order.
+    # Larger than a ring and than gloo's small messages: the leaders' gloo all_reduce (SUM)
+    # and all-gather (MAX) combine the host partials in the same order.
     n = 80_000  # 320 KB
     t = values(rank, n)
     dist.all_reduce(t)
