@@ -687,7 +687,11 @@ class _InOrder:
 
     IDLE = 5.0  # s the group's thread waits for work before it ends
 
-    def __init__(self, name):
+    # Every field here and every _Call's outcome (done, error, future) is read and written
+    # under cond's lock, so a thread that sees a call done also sees its error and future;
+    # only the thread that set busy pops and runs calls, so they run one at a time, in order.
+    def __init__(self, name, who):
+        self.who = who  # "global rank N", for errors
         self.cond = threading.Condition()
         self.queue = collections.deque()  # _Calls not started yet, in posting order
         self.busy = False  # a thread (the group's or a waiter) is running calls
@@ -754,9 +758,10 @@ class _InOrder:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise _C.Timeout(
-                        "shm backend: a collective across hosts did not complete within the "
-                        "wait's timeout of " + str(timeout) + " (it is still running; the "
-                        "group's timeout ends it)")
+                        "shm backend: a collective across hosts on " + self.who + " did not "
+                        "complete within the wait's timeout of " + str(timeout) + " (it is "
+                        "still running, and the group's timeout ends it); wait longer, or "
+                        "check that every rank of the group made the same collectives")
                 self.cond.wait(left)
             claimed = not call.done
             if claimed:
@@ -856,7 +861,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
         # world's, the world's members on this host (set by the creator).
         self._host_job_globals = [self.global_ranks[r] for r in hosts[self._host]]
         # The collectives over the "shm" part and the leaders' group, in the order called.
-        self._order = _InOrder("shmdist-hosts-collectives")
+        self._order = _InOrder("shmdist-hosts-collectives",
+                               "global rank " + str(self.global_ranks[rank]))
 
     def getBackendName(self):
         return "shm"
