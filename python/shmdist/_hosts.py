@@ -11,6 +11,7 @@ one. The probes are removed as soon as every rank has looked (and on every failu
 """
 
 import atexit
+import collections
 import functools
 import os
 import queue
@@ -1061,6 +1062,176 @@ class _AllWork(_Work):
         return []
 
 
+class _Call:
+    """One collective posted to an _InOrder: its communication (`run`, which raises what the
+    caller's wait() is to raise), the tensors its Work returns, and its outcome."""
+
+    __slots__ = ("run", "result", "done", "error", "future")
+
+    def __init__(self, run, result):
+        self.run, self.result = run, result
+        self.done, self.error, self.future = False, None, None
+
+
+class _InOrder:
+    """Runs the collectives of one ProcessGroupHosts one at a time, in the order this rank
+    called them, which is the order every member calls them (collectives are matched by their
+    order, as on every backend), so every rank runs the same sequence on the group's "shm"
+    part and its leaders' gloo group.
+
+    A posted call runs on the group's thread (started on the first post, it ends after IDLE
+    seconds without work), so the caller goes on while it runs: DDP posts each bucket's
+    all-reduce from the backward pass and waits for them all at its end, as with gloo, whose
+    collectives run on gloo's own threads. A thread that waits for a call nobody has started
+    yet runs it itself (and the calls posted before it, in order) instead of handing it over
+    (dist.all_reduce(async_op=True) followed at once by wait() pays no hand-over between
+    threads). Waiting holds no lock and releases the GIL (threading's waits do, and so do the
+    waits in the "shm" and gloo calls a collective makes)."""
+
+    IDLE = 5.0  # s the group's thread waits for work before it ends
+
+    # Every field here and every _Call's outcome (done, error, future) is read and written
+    # under cond's lock, so a thread that sees a call done also sees its error and future;
+    # only the thread that set busy pops and runs calls, so they run one at a time, in order.
+    def __init__(self, name, who):
+        self.who = who  # "global rank N", for errors
+        self.cond = threading.Condition()
+        self.queue = collections.deque()  # _Calls not started yet, in posting order
+        self.busy = False  # a thread (the group's or a waiter) is running calls
+        self.thread = None  # the group's thread, while it runs
+        self.name = name
+
+    def idle(self):
+        """Nothing posted is pending: a call may run at once on the caller's thread."""
+        with self.cond:
+            return not self.queue and not self.busy
+
+    def drain(self):
+        """Returns once every call posted before it has run (running them here if nobody has
+        started them), for an operation that runs on the caller's thread over the same groups
+        (the check across hosts of an operation over gloo among all ranks). Their errors stay
+        with their Works."""
+        if not self.idle():
+            marker = _Call(lambda: None, None)
+            self.post(marker)
+            self.wait(marker)
+
+    def post(self, call):
+        with self.cond:
+            self.queue.append(call)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._serve, daemon=True, name=self.name)
+                self.thread.start()
+            else:
+                self.cond.notify_all()
+
+    def _serve(self):
+        while True:
+            with self.cond:
+                deadline = time.monotonic() + self.IDLE
+                while not self.queue or self.busy:
+                    left = deadline - time.monotonic()
+                    if not self.queue and left <= 0:
+                        self.thread = None  # under the lock: a later post starts another
+                        return
+                    self.cond.wait(left if left > 0 else self.IDLE)
+                self.busy = True
+            self._run_queued(None)
+
+    def _run_queued(self, until):
+        """On the thread that set busy: runs the queued calls in order until `until` is done
+        (None: until none is left), then lets another thread run them."""
+        while True:
+            with self.cond:
+                if not self.queue or (until is not None and until.done):
+                    self.busy = False
+                    self.cond.notify_all()
+                    return
+                call = self.queue.popleft()
+            error = None
+            try:
+                call.run()
+            except Exception as e:  # noqa: BLE001 - raised by the call's wait()
+                error = e
+            with self.cond:
+                call.done, call.error = True, error
+                future = call.future
+                self.cond.notify_all()
+            if future is not None:  # outside the lock: its callbacks may post calls
+                _complete(future, call)
+
+    def wait(self, call, timeout=None):
+        """Until `call` has run (running it here if nobody has started it); raises its error,
+        or Timeout after `timeout` (a timedelta; None or 0, torch's kNoTimeout, for none)
+        while another thread runs it."""
+        limit = 0 if timeout is None else timeout.total_seconds()
+        deadline = time.monotonic() + limit if limit > 0 else None
+        with self.cond:
+            while not call.done and (self.busy or not self.queue):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise _C.Timeout(
+                        "shm backend: a collective across hosts on " + self.who + " did not "
+                        "complete within the wait's timeout of " + str(timeout) + " (it is "
+                        "still running, and the group's timeout ends it); wait longer, or "
+                        "check that every rank of the group made the same collectives")
+                self.cond.wait(left)
+            claimed = not call.done
+            if claimed:
+                self.busy = True  # not started and nobody runs the queue: run it here
+        if claimed:
+            self._run_queued(call)
+        if call.error is not None:
+            raise call.error
+
+    def future(self, call):
+        """A torch Future completed with the call's result (or its error) once it has run."""
+        with self.cond:
+            made = call.future is None
+            if made:
+                call.future = torch.futures.Future()
+            done, future = call.done, call.future
+        if made and done:  # else _run_queued completes it (it reads call.future after done)
+            _complete(future, call)
+        return future
+
+
+def _complete(future, call):
+    if call.error is None:
+        future.set_result(call.result)
+    else:
+        future.set_exception(call.error)
+
+
+class _InOrderWork(_Work):
+    """The Work of a collective posted to an _InOrder: wait() returns once it has run and
+    raises its error unchanged (PeerFailure, Timeout, InvalidArgument); get_future() is what
+    DDP waits on."""
+
+    def __init__(self, order, call):
+        super().__init__()
+        self.order, self.call = order, call
+
+    def wait(self, timeout=None):
+        self.order.wait(self.call, timeout)
+        return True
+
+    def is_completed(self):
+        return self.call.done
+
+    def is_success(self):
+        return self.call.done and self.call.error is None
+
+    def exception(self):
+        return self.call.error
+
+    def result(self):
+        return self.call.result
+
+    def get_future(self):
+        return self.order.future(self.call)
+
+
 def _global_rank_text(text, global_ranks):
     """gloo's text naming group ranks ("Rank 1 failed ...", "Ranks 1, 2 failed ...", "[Rank
     0]: ...") with the group's global ranks instead."""
@@ -1105,6 +1276,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
         # world's, the world's members on this host (set by the creator).
         self._host_job_globals = [self.global_ranks[r] for r in hosts[self._host]]
         self._agree = _Agreement(self)  # the hosts agree on each collective first (issue 30)
+        # The collectives over the "shm" part and the leaders' group, in the order called.
+        self._order = _InOrder("shmdist-hosts-collectives",
+                               "global rank " + str(self.global_ranks[rank]))
 
     def getBackendName(self):
         return "shm"
@@ -1205,13 +1379,36 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     # collectives
 
+    def _in_order(self, what, opts, body, result):
+        """The Work of the collective `what` whose communication is body() (over the "shm" part
+        and the leaders' group), returning `result`. It runs in the order of this group's
+        collectives (_InOrder): posted when the caller may go on before it completes (torch 2
+        says so in the options: asyncOp True, as DDP's calls have), and the Work completes
+        once it has run; else at once on this thread (after anything posted before it), which
+        costs no hand-over between threads. Errors reach wait() (or this call) as _watched
+        makes them.
+
+        torch 1.13's options do not say, and its C++ callers (DDP's reducer and parameter
+        broadcast) wait on a Work through c10d's own Work::wait, which a Work written in
+        Python cannot complete there (DDP hung): on torch 1.13 every collective completes
+        before it returns, as before."""
+        if not getattr(opts, "asyncOp", False) and self._order.idle():
+            body()
+            return _done(result)
+        watched = _watched(what)(lambda group: body())
+        call = _Call(lambda: watched(self), result)
+        self._order.post(call)
+        return _InOrderWork(self._order, call)
+
     @_watched("barrier")
     def barrier(self, opts=None):
-        # Nobody leaves before everyone entered: a leader passes the leaders' barrier only once
-        # every leader has, each after its host's members entered; members leave after it.
-        self._agree.in_host(lambda: self.local.barrier().wait())
-        self._agree.check("barrier()")  # the leaders' exchange, then the release in each host
-        return _done([])
+        def body():
+            # Nobody leaves before everyone entered: a leader passes the leaders' barrier only
+            # once every leader has, each after its host's members entered; members leave
+            # after it.
+            self._agree.in_host(lambda: self.local.barrier().wait())
+            self._agree.check("barrier()")  # the leaders' exchange, then the release in each host
+        return self._in_order("barrier", opts, body, [])
 
     @_watched("monitored_barrier")
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
@@ -1306,27 +1503,33 @@ class ProcessGroupHosts(dist.ProcessGroup):
         tensor = self._one(tensors, "all_reduce")
         op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
                             [tensor])
-        self._allreduce_one(tensor, op, self._agree.call("all_reduce", tensor, op))
-        return _done([tensor])
+        call = self._agree.call("all_reduce", tensor, op)
+        return self._in_order("all_reduce", opts, lambda: self._allreduce_one(tensor, op, call),
+                              [tensor])
 
     @_watched("all_reduce_coalesced")
     def allreduce_coalesced(self, tensors, opts=None):
         op = self._check_op(opts if opts is not None else dist.AllreduceCoalescedOptions(),
                             "all_reduce_coalesced", tensors)
-        for tensor in tensors:
-            self._allreduce_one(tensor, op, self._agree.call("all_reduce_coalesced", tensor, op))
-        return _done(list(tensors))
+
+        def body():
+            for tensor in tensors:
+                self._allreduce_one(tensor, op, self._agree.call("all_reduce_coalesced", tensor,
+                                                                 op))
+        return self._in_order("all_reduce_coalesced", opts, body, list(tensors))
 
     @_watched("reduce")
     def reduce(self, tensors, opts=None):
         tensor = self._one(tensors, "reduce")
         op = self._check_op(opts, "reduce", [tensor])
-        result = tensor.clone()
-        self._allreduce_one(result, op, self._agree.call("reduce", tensor, op,
-                                                         ("dst", opts.rootRank)))
-        if self.rank() == opts.rootRank:
-            tensor.copy_(result)
-        return _done([tensor])
+
+        def body():
+            result = tensor.clone()
+            self._allreduce_one(result, op, self._agree.call("reduce", tensor, op,
+                                                             ("dst", opts.rootRank)))
+            if self.rank() == opts.rootRank:
+                tensor.copy_(result)
+        return self._in_order("reduce", opts, body, [tensor])
 
     @_watched("broadcast")
     def broadcast(self, tensors, opts=None):
@@ -1334,17 +1537,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self._local_peer(src)
         src_host = self._host_of[src]
         call = self._agree.call("broadcast", self._one(tensors, "broadcast"), root=("src", src))
-        if self._agree.small(tensors[0]):
-            return self._broadcast_small(tensors[0], src, src_host, call)
-        self._agree.check_all(call)  # issue 30: before any message of the tensor's size
-        # src's host first (its leader included), then the leaders, then the other hosts.
-        if self._host == src_host:
-            self.local.broadcast(tensors, _broadcast_opts(self._local_rank[src])).wait()
-        if self.leaders is not None:
-            self.leaders.broadcast(tensors, _broadcast_opts(src_host)).wait()
-        if self._host != src_host:
-            self.local.broadcast(tensors, _broadcast_opts(0)).wait()
-        return _done(list(tensors))
+
+        def body():
+            if self._agree.small(tensors[0]):
+                self._broadcast_small(tensors[0], src, src_host, call)
+                return
+            self._agree.check_all(call)  # issue 30: before any message of the tensor's size
+            # src's host first (its leader included), then the leaders, then the other hosts.
+            if self._host == src_host:
+                self.local.broadcast(tensors, _broadcast_opts(self._local_rank[src])).wait()
+            if self.leaders is not None:
+                self.leaders.broadcast(tensors, _broadcast_opts(src_host)).wait()
+            if self._host != src_host:
+                self.local.broadcast(tensors, _broadcast_opts(0)).wait()
+        return self._in_order("broadcast", opts, body, list(tensors))
 
     def _broadcast_small(self, tensor, src, src_host, call):
         """broadcast of at most _Agreement.SMALL bytes: the data travels with the check in the
@@ -1371,6 +1577,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("all_gather")
     def allgather(self, output_tensors, input_tensors, opts=None):
+        self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("all_gather", self._one(input_tensors,
                                                                      "all_gather")))
         return self.gloo.allgather(output_tensors, input_tensors)
@@ -1383,6 +1590,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
                                      "world size x the input's size, got " +
                                      str(tuple(output.shape)) + " for an input of " +
                                      str(tuple(input.shape)))
+        self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("all_gather_into_tensor", input))
         staging = [torch.empty_like(input) for _ in range(self.size())]
         self.gloo.allgather([staging], [input]).wait()
@@ -1397,6 +1605,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def gather(self, output_tensors, input_tensors, opts=None):
         o = dist.GatherOptions()
         o.rootRank = opts.rootRank
+        self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("gather", self._one(input_tensors, "gather"),
                                                root=("dst", opts.rootRank)))
         return self.gloo.gather(output_tensors, input_tensors, o)
@@ -1405,6 +1614,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def scatter(self, output_tensors, input_tensors, opts=None):
         o = dist.ScatterOptions()
         o.rootRank = opts.rootRank
+        self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("scatter", self._one(output_tensors, "scatter"),
                                                root=("src", opts.rootRank)))
         return self.gloo.scatter(output_tensors, input_tensors, o)
@@ -1423,6 +1633,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _check_all_to_all(self, what, output, input, output_split_sizes, input_split_sizes):
         """Issue 30: the ranks agree on the call (dtype), then on every pair's piece."""
         n = self.size()
+        self._order.drain()
         self._agree.check_all(self._agree.call(what, input, count=input.numel()) if not (
             output_split_sizes or input_split_sizes) else what + "(" + str(input.dtype) + ")")
         if output_split_sizes or input_split_sizes:  # else the count in the call says it
@@ -1462,14 +1673,18 @@ class ProcessGroupHosts(dist.ProcessGroup):
     # moves the whole input through the hierarchy, as all_reduce does.
 
     def _reduce_scatter_flat(self, pieces, flat, opts, what):
-        """Reduces `flat` (every rank's pieces, rank order) and copies rank r's piece to
-        pieces[r] on this rank (only this rank's entry is written)."""
+        """Checks the op; returns the communication (for _in_order), which reduces `flat`
+        (every rank's pieces, rank order) and copies rank r's piece to pieces[r] on this rank
+        (only this rank's entry is written)."""
         op = self._check_op(opts if opts is not None else dist.ReduceScatterOptions(), what,
                             [flat])
-        self._allreduce_one(flat, op, self._agree.call(what, flat, op))
-        mine = pieces[self.rank()]
-        offset = sum(p.numel() for p in pieces[:self.rank()])
-        mine.copy_(flat[offset:offset + mine.numel()].view(mine.shape))
+
+        def body():
+            self._allreduce_one(flat, op, self._agree.call(what, flat, op))
+            mine = pieces[self.rank()]
+            offset = sum(p.numel() for p in pieces[:self.rank()])
+            mine.copy_(flat[offset:offset + mine.numel()].view(mine.shape))
+        return body
 
     @_watched("reduce_scatter")
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -1484,11 +1699,17 @@ class ProcessGroupHosts(dist.ProcessGroup):
                                                     for t in inputs]))
         flat = torch.cat([t.reshape(-1) for t in inputs])
         pieces = [output if r == self.rank() else t for r, t in enumerate(inputs)]
-        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter")
-        return _done([output])
+        return self._in_order("reduce_scatter", opts,
+                              self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter"),
+                              [output])
 
     @_watched("reduce_scatter_tensor")
     def _reduce_scatter_base(self, output, input, opts=None):
+        return self._in_order("reduce_scatter_tensor", opts,
+                              self._reduce_scatter_tensor_body(output, input, opts), [output])
+
+    def _reduce_scatter_tensor_body(self, output, input, opts):
+        """reduce_scatter_tensor's arguments checked; returns its communication."""
         if (input.numel() != output.numel() * self.size() or input.dtype != output.dtype):
             raise _C.InvalidArgument(
                 "shm backend: reduce_scatter_tensor takes an input of world size (" +
@@ -1497,8 +1718,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
                 str(tuple(output.shape)) + " " + str(output.dtype))
         flat = input.reshape(-1).clone()
         pieces = [output] * self.size()
-        self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter_tensor")
-        return _done([output])
+        return self._reduce_scatter_flat(pieces, flat, opts, "reduce_scatter_tensor")
 
     def reduce_scatter_single(self, output, input, opts=None):  # torch 2.13's name
         return self._reduce_scatter_base(output, input, opts)
@@ -1513,9 +1733,13 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("reduce_scatter_tensor_coalesced")
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        for output, input in zip(outputs, inputs):
-            self._reduce_scatter_base(output, input, opts)
-        return _done(list(outputs))
+        bodies = [self._reduce_scatter_tensor_body(output, input, opts)
+                  for output, input in zip(outputs, inputs)]
+
+        def body():
+            for each in bodies:
+                each()
+        return self._in_order("reduce_scatter_tensor_coalesced", opts, body, list(outputs))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         return self.reduce_scatter_single_coalesced(outputs, inputs, opts)

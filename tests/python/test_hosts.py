@@ -62,6 +62,9 @@ def test_two_hosts_two_ranks_each():
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
+    nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
+            if line.startswith("NANDIGEST ")}
+    assert len(nans) == 1, text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
@@ -179,7 +182,7 @@ def test_errors_of_a_host_name_global_ranks():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-@pytest.mark.parametrize("call", ["recv", "all_reduce"])
+@pytest.mark.parametrize("call", ["recv", "all_reduce", "all_reduce_async"])
 def test_a_rank_killed_on_another_host_is_named_everywhere(call):
     """Global rank 3 is SIGKILLed while ranks 0, 1 (host A) and 2 (host B) wait in a recv
     from it (0 and 1 over gloo) or in an all_reduce (rank 1 over host A's "shm" for its
@@ -195,6 +198,26 @@ def test_a_rank_killed_on_another_host_is_named_everywhere(call):
         assert len(caught) == 1, text
         assert "PeerFailure" in caught[0], text
         assert "rank 3 " in caught[0], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's collectives across hosts complete before "
+                    "they return (docs/hosts.md)")
+def test_async_collectives_run_in_order_while_the_caller_goes_on():
+    """Rank 0 posts an all_reduce and a broadcast with async_op=True, then sends to rank 2,
+    which receives before it posts them: both complete, in order, waited for in reverse
+    (their results, the future's value, a blocking all_reduce after them). An all_gather
+    called while they may still be pending waits for them (its check across hosts uses the
+    same groups; before it did, the ranks met each other's calls out of order)."""
+    reports = run_hosts([[0, 1], [2, 3]], "async_order", timeout=90)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"PASS async_order rank={r}" in res["out"], text
+        assert f"DONE rank={r}" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 

@@ -66,6 +66,8 @@ if mode == "peer_dies":
         try:
             if call == "recv":
                 dist.recv(torch.zeros(1), 3)
+            elif call == "all_reduce_async":  # the error reaches wait() unchanged
+                dist.all_reduce(torch.ones(1), async_op=True).wait()
             else:
                 dist.all_reduce(torch.ones(1))
             say(f"FAIL peer_dies rank={rank}: {call} with the killed rank 3 returned")
@@ -76,6 +78,43 @@ if mode == "peer_dies":
     # process, and ranks that learn the cause from it after rank 0 left cannot (docs/hosts.md).
     time.sleep(2)
     os._exit(0)
+
+if mode == "async_order":
+    # torch 2: collectives posted with async_op=True run in the order posted while this
+    # thread goes on. Rank 0 posts an all_reduce and a broadcast, then sends to rank 2, which
+    # receives before it posts them: a program that runs on gloo, and hung while every
+    # collective across hosts completed before it returned. Waited for in reverse order.
+    def async_order():
+        a = torch.full((2,), float(rank + 1))
+        b = torch.full((3,), float(rank))
+        if rank == 2:
+            got = torch.zeros(1)
+            dist.recv(got, 0)
+            expect_equal(got, torch.full((1,), 7.0), "the message rank 0 sent after posting")
+        works = [dist.all_reduce(a, async_op=True), dist.broadcast(b, 3, async_op=True)]
+        if rank == 0:
+            dist.send(torch.full((1,), 7.0), 2)
+        # An operation over gloo among all ranks while the posted ones may still be pending:
+        # its check across hosts meets the others over the same "shm" part and leaders' group,
+        # so it must come after them on every rank.
+        pieces = [torch.zeros(1) for _ in range(world)]
+        dist.all_gather(pieces, torch.full((1,), float(rank)))
+        expect_equal(torch.cat(pieces), torch.arange(float(world)), "all_gather after them")
+        future = works[0].get_future()
+        works[1].wait()
+        works[0].wait()
+        expect(works[0].is_completed() and works[1].is_completed(), "completed after wait")
+        expect_equal(a, torch.full((2,), 10.0), "all_reduce posted first")
+        expect_equal(b, torch.full((3,), 3.0), "broadcast from rank 3 posted second")
+        expect_equal(future.wait()[0], torch.full((2,), 10.0), "the all_reduce's future")
+        c = torch.full((1,), float(rank))
+        dist.all_reduce(c)  # a call that waits at once, after the posted ones
+        expect_equal(c, torch.full((1,), 6.0), "all_reduce after them")
+    run_checks([async_order])
+    dist.barrier()
+    dist.destroy_process_group()
+    say(f"DONE rank={rank}")
+    sys.exit(0)
 
 if mode == "recv_times_out":
     # Rank 2 waits over host B's "shm" job for a message rank 3 never sends; the others stay
@@ -363,6 +402,17 @@ def documented_sum(ranks_by_host):
     return acc
 
 
+def sum_in_documented_order(inputs):
+    """documented_sum's order over the given inputs, rank r's being inputs[r]."""
+    acc = None
+    for host in HOSTS:
+        part = inputs[host[0]]
+        for r in host[1:]:
+            part = part + inputs[r]
+        acc = part if acc is None else acc + part
+    return acc
+
+
 def group_is_hosts():
     pg = c10d._get_default_group()
     expect(isinstance(pg, shmdist.torch.ProcessGroupHosts), f"the world is {pg!r}")
@@ -386,6 +436,24 @@ def all_reduce_documented_order():
     expect_equal(t, torch.full((3,), 2 * 3 * 4 * 5, dtype=torch.int64), "all_reduce PRODUCT")
     work = dist.all_reduce(torch.ones(4), async_op=True)
     work.wait()
+    # Larger than a ring and than gloo's small messages: the leaders' gloo all_reduce (SUM)
+    # and all-gather (MAX) combine the host partials in the same order.
+    n = 80_000  # 320 KB
+    t = values(rank, n)
+    dist.all_reduce(t)
+    expect_equal(t, sum_in_documented_order([values(r, n) for r in range(world)]),
+                 "all_reduce SUM of 320 KB")
+    t = values(rank, n)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    expect_equal(t, torch.maximum(torch.maximum(values(0, n), values(1, n)),
+                                  torch.maximum(values(2, n), values(3, n))),
+                 "all_reduce MAX of 320 KB")
+    # NaNs with a payload of each rank's own: which NaN a sum keeps depends on the order of
+    # its operands, so every rank holding the same bits (NANDIGEST, compared by the test)
+    # shows that both leaders combined the two host partials in the same order.
+    t = torch.tensor([0x7FC00000 | (rank + 1)] * 3, dtype=torch.int32).view(torch.float32)
+    dist.all_reduce(t)
+    say(f"NANDIGEST {rank} {t.view(torch.int32).tolist()}")
 
 
 def reduce_to_each():
