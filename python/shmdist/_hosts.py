@@ -366,8 +366,8 @@ class _Agreement:
         frame[:self.TEXT] = self._encode(call, self.TEXT)
         if payload is not None and self.small(payload):
             nbytes = payload.numel() * payload.element_size()
-            frame[self.TEXT:self.TEXT + nbytes] = payload.contiguous().reshape(-1).view(
-                torch.uint8)
+            flat = payload.resolve_conj().resolve_neg().contiguous().reshape(-1)
+            frame[self.TEXT:self.TEXT + nbytes] = flat.view(torch.uint8)
         return self.g.leaders.allgather([frames], [frame]), frames
 
     def _verdict(self, frames):
@@ -424,7 +424,8 @@ class _Agreement:
             if g.leaders is not None:
                 frame[:self.HEADER] = self._encode(error or "", self.HEADER)
                 if nbytes and error is None:
-                    frame[self.HEADER:] = tensor.contiguous().reshape(-1).view(torch.uint8)
+                    frame[self.HEADER:] = tensor.resolve_conj().resolve_neg().contiguous().reshape(
+                        -1).view(torch.uint8)
             g.local.broadcast([frame], _broadcast_opts(0)).wait()
             if g.leaders is None:
                 if int(frame[0]) != 0:
@@ -450,7 +451,9 @@ class _Agreement:
         error = None
         if len(host) > 1:
             calls = [torch.empty_like(text) for _ in host]
-            g.local.allgather([calls], [text]).wait()
+            # in_host: when the host's "shm" part finds its members in different collectives,
+            # the other hosts' leaders (waiting in the exchange) are told too (review 6).
+            self.in_host(lambda: g.local.allgather([calls], [text]).wait())
             bad = next((i for i in range(1, len(host)) if not torch.equal(calls[i], calls[0])),
                        None)
             if bad is not None:
@@ -717,7 +720,7 @@ def _header(tensor, what, rank):
     nbytes = tensor.numel() * tensor.element_size()
     if 0 < nbytes <= _INLINE:
         header.view(torch.uint8)[16:16 + nbytes].copy_(
-            tensor.detach().reshape(-1).view(torch.uint8))
+            tensor.detach().resolve_conj().resolve_neg().reshape(-1).view(torch.uint8))
     return header, nbytes
 
 
@@ -1151,14 +1154,18 @@ class _InOrder:
             error = None
             try:
                 call.run()
-            except Exception as e:  # noqa: BLE001 - raised by the call's wait()
-                error = e
+            except BaseException as e:  # noqa: BLE001 - raised by the call's wait(); a
+                error = e  # KeyboardInterrupt too, so that the runner role is given back
             with self.cond:
                 call.done, call.error = True, error
                 future = call.future
                 self.cond.notify_all()
-            if future is not None:  # outside the lock: its callbacks may post calls
-                _complete(future, call)
+            if future is not None:
+                # On a thread of its own: torch runs the future's callbacks inline, and a
+                # callback may post a collective and wait for it (DDP's PowerSGD hook), which
+                # needs this thread free to run it (review 6).
+                threading.Thread(target=_complete, args=(future, call), daemon=True,
+                                 name="shmdist-hosts-future").start()
 
     def wait(self, call, timeout=None):
         """Until `call` has run (running it here if nobody has started it); raises its error,
@@ -1347,9 +1354,13 @@ class ProcessGroupHosts(dist.ProcessGroup):
             me = self.global_ranks[self.rank()]
             ptag = _remote_tag(tag, "send", me)
             header, nbytes = _header(tensor, "send", me)
+            # The payload's copy is made before the header goes (gloo sends contiguous tensors
+            # only): once the header is out, the receiver waits for the payload (review 6).
+            payload = tensor.detach().resolve_conj().resolve_neg().clone(
+                memory_format=torch.contiguous_format) if nbytes > _INLINE else None
             work = self.gloo.send([header], dst, tag)
-            if nbytes > _INLINE:
-                self._payloads.add(self.gloo.send([tensor.detach().clone()], dst, ptag))
+            if payload is not None:
+                self._payloads.add(self.gloo.send([payload], dst, ptag))
             return self._posted(work if self.deaths is None else
                                 _WatchedWork(work, self.deaths, "send"))
         return self._posted(self.local.send(tensors, local, tag))
@@ -1427,9 +1438,17 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     def _combine_hosts(self, tensor, op):
         """On a leader: the host partials gathered and combined in host order, into tensor."""
+        # The choice depends only on what the leaders agreed on (op, dtype, hosts), never on a
+        # leader's own tensor layout: leaders taking different gloo collectives would wait for
+        # each other to the timeout (review 6). A layout gloo cannot take in place goes
+        # through a contiguous copy.
         if len(self.hosts) == 2 and _kind(op) == _kind(dist.ReduceOp.SUM) and \
-                tensor.dtype in _SUM_OVER_GLOO and tensor.is_contiguous() and \
-                not tensor.is_conj() and not tensor.is_neg():
+                tensor.dtype in _SUM_OVER_GLOO:
+            if not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
+                plain = tensor.resolve_conj().resolve_neg().contiguous()
+                self.leaders.allreduce([plain]).wait()
+                tensor.copy_(plain)
+                return
             # Two partials: each element is one addition p0 + p1, which gives the same bits
             # as p1 + p0, so gloo's all_reduce of the two leaders computes exactly the host
             # order's sum, each element once, on one leader, sent to the other (bitwise equal

@@ -417,6 +417,27 @@ def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_the_others():
+    """Review 6: global rank 2 (host B's leader) calls all_gather, ranks 0, 1 and 3 all_reduce:
+    host B's "shm" part finds it while rank 2 gathers its host's calls, and rank 2 must send
+    the text to host A's leader (before, it raised alone and host A waited in the leaders'
+    exchange until the timeout). Every rank raises InvalidArgument; the group still works."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b_all_gather"],
+                        timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "global rank 2" in caught[0] and "global rank 3" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 @pytest.mark.parametrize("order", ["2,1", "1,2"])
 def test_named_recv_after_any_source_takes_another_size(order):
     """Review 5: recv(src=None) of 4 elements served over one transport, then recv(src=X) of

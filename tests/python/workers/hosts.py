@@ -215,6 +215,14 @@ if mode == "cross_mismatch":
             # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
             n = small if case == "inside_host_b" else large
             return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
+        if case == "inside_host_b_all_gather":
+            # Review 6: host B's leader (rank 2) calls all_gather, the others all_reduce: the
+            # leader's check of an operation over gloo among all ranks finds it inside host B
+            # and must tell host A's leader, waiting in the leaders' exchange.
+            if rank == 2:
+                return dist.all_gather([torch.zeros(small) for _ in range(world)],
+                                       torch.zeros(small))
+            return dist.all_reduce(torch.zeros(small))
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
