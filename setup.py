@@ -148,7 +148,7 @@ requirement = torch_requirement()
 setup(
     version=version(),
     install_requires=[requirement] if requirement else [],
-    packages=["shmdist"],
+    packages=["shmdist", "shmdist._hosts"],
     package_dir={"": "python"},
     ext_modules=[Extension("shmdist._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

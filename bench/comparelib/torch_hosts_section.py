@@ -1,7 +1,7 @@
 """bench/compare's sections of issue 30's figures, on 2 emulated hosts x 2 ranks:
 
 torch-hosts: torch all_reduce (float32 SUM, 4 B to 16 MiB) and a DistributedDataParallel step
-over backend "shm" (shm inside each host, gloo between hosts; python/shmdist/_hosts.py)
+over backend "shm" (shm inside each host, gloo between hosts; python/shmdist/_hosts/)
 against pure gloo, each host a private mount namespace with its own /dev/shm
 (tests/python/emulated_hosts.py, as tests/python/test_hosts.py runs them), through
 bench/torch/hosts_bench.py; under every torch that imports the backend built in the tree

@@ -75,7 +75,7 @@ std::vector<int> iota(int n) {
 
 // A torch group that is a whole shmdist job: the default group, or a sub-group created
 // while the default group is not on "shm" (it then gets a segment of its own). `rank_names`:
-// for one host's ranks of a group across hosts (shmdist/_hosts.py), the global rank of each,
+// for one host's ranks of a group across hosts (shmdist/_hosts/), the global rank of each,
 // which the job's errors name (empty: the ranks are named as numbered).
 c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>& store,
                                                   int rank, int size,
