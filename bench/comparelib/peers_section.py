@@ -19,9 +19,12 @@ from . import runner
 SCRIPT = os.path.join(runner.BENCH_DIR, "torch", "allreduce_peers.py")
 BACKENDS = ["shm", "shm-direct", "deepspeed", "gloo"]
 DTYPES = ["float32", "bfloat16"]
-# (ranks, threads): "1" = OMP_NUM_THREADS=1, bound one per core when ranks <= CPUs;
-# "default" = torch's default intra-op thread count, unbound.
-CONFIGS = [(2, "1"), (2, "default"), (4, "1")]
+# (ranks, label): "1" = OMP_NUM_THREADS=1, bound one per core when ranks <= CPUs;
+# "default" = torch's default intra-op thread count, unbound; "1u" = OMP_NUM_THREADS=1,
+# unbound, for shm and shm-direct only: "default" against "1u" differs in the thread count
+# alone, "default" against "1" also in the binding.
+CONFIGS = [(2, "1"), (2, "default"), (2, "1u"), (4, "1")]
+UNBOUND_ONLY = ("shm", "shm-direct")  # the backends that run the "1u" configuration
 TEST = "torch_allreduce"
 
 
@@ -85,11 +88,15 @@ def run(session, rounds, quick, build_dir, explicit_python, want_deepspeed):
         for ranks, threads in CONFIGS:
             k = rnd % len(backends)
             for backend in backends[k:] + backends[:k]:
+                if threads == "1u" and backend not in UNBOUND_ONLY:
+                    continue
                 cmd = ["/usr/bin/env", "PYTHONPATH=" + package, python, SCRIPT,
-                       "--backends", backend, "--ranks", str(ranks), "--threads", threads,
-                       "--timeout", str(inner)] + options(quick)
-                res = session.execute("torch all_reduce %s, %d ranks, OMP_NUM_THREADS=%s "
-                                      "(round %d)" % (backend, ranks, threads, rnd + 1), cmd)
+                       "--backends", backend, "--ranks", str(ranks),
+                       "--threads", "1" if threads == "1u" else threads,
+                       "--timeout", str(inner)] + (["--bind", "none"] if threads == "1u" else []) \
+                    + options(quick)
+                res = session.execute("torch all_reduce %s, %d ranks, %s (round %d)"
+                                      % (backend, ranks, describe(threads), rnd + 1), cmd)
                 for line in res.stdout.splitlines():
                     parts = line.split()
                     if len(parts) == 4 and parts[0] == backend and parts[1] in DTYPES:
@@ -118,8 +125,7 @@ def text(report):
             continue
         out += ["", "torch all_reduce, %d ranks, %s: us per call (ratio = a / b: above 1 "
                 "means b is faster; target against deepspeed at 2 ranks: at least 1.30, "
-                "at 4 ranks: gloo at least 1)" % (ranks, "OMP_NUM_THREADS=1" if threads == "1"
-                                                  else "torch's default thread count"),
+                "at 4 ranks: gloo at least 1)" % (ranks, describe(threads)),
                 "%-10s%10s" % ("dtype", "size") + "".join("%12s" % b for b in have) +
                 "".join("%*s" % (width(a, b), a + "/" + b) for a, b in ratios) + "   state"]
         for dtype, size in rows:
@@ -134,17 +140,25 @@ def text(report):
     if sizes:
         out += ["", "torch all_reduce, 2 ranks: torch's default thread count over "
                 "OMP_NUM_THREADS=1, per backend (at most 1: the default costs nothing; target "
-                "for shm: at most 1)",
-                "%-10s%10s" % ("dtype", "size") + "".join("%12s" % b for b in have)]
+                "for shm: at most 1); the default runs unbound, so the columns 'unbound' divide "
+                "by OMP_NUM_THREADS=1 unbound too: the thread count alone",
+                "%-10s%10s" % ("dtype", "size") + "".join("%12s" % b for b in have)
+                + "".join("%20s" % (b + " unbound") for b in UNBOUND_ONLY if b in have)]
         for dtype in DTYPES:
             for size in sizes:
                 line = "%-10s%10s" % (dtype, human(size))
-                for b in have:
+                for b, over in [(b, "1") for b in have] + \
+                        [(b, "1u") for b in UNBOUND_ONLY if b in have]:
                     a = report.value(TEST, b, metric(dtype, "default"), size, 2)
-                    one = report.value(TEST, b, metric(dtype, "1"), size, 2)
-                    line += fmt(a / one if a and one else None, 12, 2, "x")
+                    one = report.value(TEST, b, metric(dtype, over), size, 2)
+                    line += fmt(a / one if a and one else None, 12 if over == "1" else 20, 2, "x")
                 out.append(line)
     return out
+
+
+def describe(threads):
+    return {"1": "OMP_NUM_THREADS=1", "1u": "OMP_NUM_THREADS=1, unbound",
+            "default": "torch's default thread count, unbound"}[threads]
 
 
 def width(a, b):
