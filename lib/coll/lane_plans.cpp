@@ -81,8 +81,17 @@ void LanePlan::write(std::uint64_t k, std::byte* slot) const {
       const std::size_t es = element_size(dtype);
       const std::size_t count = len / es;
       const std::size_t b = slice_begin(count, n, me), e = slice_begin(count, n, me + 1);
-      const SlotInputs inputs(*lane, n, at + b * es);
-      reduce_in_order(op, dtype, inputs.span(), slot + b * es, e - b, n);
+      SlotInputs inputs(*lane, n, at + b * es);
+      if (root >= 0 && root != me) {  // this member's tensor stays as it is
+        reduce_in_order(op, dtype, inputs.span(), slot + b * es, e - b, n);
+        return;
+      }
+      // Its own part from its tensor, reduced in place there (as the direct read does: one
+      // stream fewer), then copied into the slot for the others; read() skips it.
+      std::byte* const own = data + off + b * es;
+      inputs.set(me, own);
+      reduce_in_order(op, dtype, inputs.span(), own, e - b, n);
+      copy_bytes(slot + b * es, own, (e - b) * es);
       return;
     }
     case What::AllGather: copy_bytes(slot, in + off, len); return;
@@ -129,6 +138,7 @@ void LanePlan::read(std::uint64_t k) const {
       if (k % 2 == 1) return;  // the slices are reduced in the next round's write
       const std::size_t count = len / es;
       for (int j = 0; j < n; ++j) {
+        if (j == me) continue;  // reduced in place by write()
         const std::size_t b = slice_begin(count, n, j) * es, e = slice_begin(count, n, j + 1) * es;
         copy_bytes(data + off + b, slots.data_of(j, at + b), e - b);
       }
