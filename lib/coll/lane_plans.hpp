@@ -7,12 +7,13 @@
 // all_reduce (and reduce) has two algorithms, chosen by size and group size alike on every
 // member (the fingerprints agree, so the choice does too):
 //   direct  (up to slice_threshold(n) bytes, or 2 members): one round per window; every member
-//           copies its window in and reduces all members' windows straight into its output;
+//           copies its window in and reduces all members' windows straight into its output
+//           (its own from the tensor, in place, the others' from their slots);
 //   sliced  (above, 3 members or more; with 2 members, float16 and bfloat16 from
-//           kSlicePairMin bytes up to one window): two rounds per window. Round 1: each member copies its window in and,
-//           once all have, reduces only its own slice (1/n of the window, member order as
-//           always) into its output. Round 2: each member copies its reduced slice in, and
-//           copies everybody's reduced slices out. Each member reads about 2 windows' worth
+//           kSlicePairMin bytes up to one window): two rounds per window. Round 1: each
+//           member copies its window in and, once all have, reduces only its own slice (1/n
+//           of the window, member order as always) in place into its output. Round 2: each
+//           member copies its reduced slice in, and copies the others' reduced slices out. Each member reads about 2 windows' worth
 //           of slots instead of n (with 2 members both read 2: direct, with one round less).
 #pragma once
 
