@@ -430,10 +430,11 @@ Completion run_on_lane(const CallSetup& s, Builder& b, const LanePlan& plan, std
 // A small blocking all_reduce on the world lane (issue 29: 16 B at 2 ranks; the common call
 // of an inference loop), as one straight sequence: the very round 1 run_on_lane's LaneCall
 // would run (the same fingerprint bytes as the Builder's, the payload inline after it in the
-// slot's header line, plan_reduce's direct reduction of every member's slot in group-rank
-// order into the tensor), without building the Builder's description, the CallContext, the
-// LanePlan and the LaneCall that a bigger call needs, which cost more instructions than the
-// round itself at this size. It runs only when the lane is idle (no earlier call holds or
+// slot's header line, plan_reduce's direct reduction of every member's input, the peers'
+// from their slots and its own from the tensor, in group-rank order into the tensor),
+// without building the Builder's description, the CallContext, the LanePlan and the
+// LaneCall that a bigger call needs, which cost more instructions than the round itself at
+// this size. It runs only when the lane is idle (no earlier call holds or
 // awaits a turn) and the arguments are valid; whenever anything is not plain (the peers are
 // not there within kLanePolls polls, or, when the world is crowded, after one yield of the
 // CPU; a peer's fingerprint differs), the general call takes over from the wait
@@ -488,6 +489,7 @@ std::optional<Completion> small_all_reduce(const CallSetup& s, Tensor& tensor, R
       const std::byte** inputs =
           n <= 16 ? inline_inputs : (heap.resize(static_cast<std::size_t>(n)), heap.data());
       for (int j = 0; j < n; ++j) inputs[j] = lane.data_of(j, ShmLane::kInlineAt);
+      inputs[s.group.me] = data;  // its own input, still there (LanePlan::read says why)
       reduce_in_order(op, tensor.dtype(), {inputs, static_cast<std::size_t>(n)}, data,
                       bytes / element_size(tensor.dtype()), n);
       lane.end_turn();

@@ -7,12 +7,13 @@
 // all_reduce (and reduce) has two algorithms, chosen by size and group size alike on every
 // member (the fingerprints agree, so the choice does too):
 //   direct  (up to slice_threshold(n) bytes, or 2 members): one round per window; every member
-//           copies its window in and reduces all members' windows straight into its output;
+//           copies its window in and reduces all members' windows straight into its output
+//           (its own from the tensor, in place, the others' from their slots);
 //   sliced  (above, 3 members or more; with 2 members, float16 and bfloat16 from
-//           kSlicePairMin bytes up to one window): two rounds per window. Round 1: each member copies its window in and,
-//           once all have, reduces only its own slice (1/n of the window, member order as
-//           always) into its output. Round 2: each member copies its reduced slice in, and
-//           copies everybody's reduced slices out. Each member reads about 2 windows' worth
+//           kSlicePairMin bytes up to one window): two rounds per window. Round 1: each
+//           member copies its window in and, once all have, reduces only its own slice (1/n
+//           of the window, member order as always) in place into its output. Round 2: each
+//           member copies its reduced slice in, and copies the others' reduced slices out. Each member reads about 2 windows' worth
 //           of slots instead of n (with 2 members both read 2: direct, with one round less).
 #pragma once
 
@@ -42,12 +43,14 @@ inline constexpr std::size_t slice_threshold(int members) {
 // Two members, float16 and bfloat16, above this many bytes and up to one window: the sliced
 // algorithm (each member reduces half the elements, the other half it copies). There the
 // reduction's arithmetic (widening to float32 and rounding back, about 2x float32's time per
-// byte in the vector kernels, bench/micro/reduce_kernels.cpp) outweighs the round it adds:
-// interleaved runs of 2 bound ranks (shmdist-bench allreduce --dtype bfloat16, medians of 3,
-// 2026-12-05) took 0.75x direct's time at 64 KiB, 0.67x at 256 KiB, 0.81x at 8 KiB, about
-// the same at 4 KiB. float32 gained nothing there (0.92x-1.06x), and above one window the
-// doubled rounds (a hand-off each on a loaded machine) measured no gain either.
-inline constexpr std::size_t kSlicePairMin = 4 * 1024;
+// byte in the vector kernels, bench/micro/reduce_kernels.cpp) outweighs the round it adds.
+// Since both algorithms reduce a member's own input in place in its tensor (issue 29), 2
+// bound ranks, bfloat16, interleaved, medians of 3 (2026-12-05): sliced took 1.14x direct's
+// time at 8 KiB, 1.00x-1.06x at 16 KiB, 0.93x at 32 KiB, 0.91x at 64 KiB, 0.90x at 256 KiB
+// (before that change the switch was at 4 KiB: sliced 0.81x at 8 KiB, 0.67x at 256 KiB).
+// float32 gained nothing from slicing (0.92x-1.06x), and above one window the doubled
+// rounds (a hand-off each on a loaded machine) measured no gain either.
+inline constexpr std::size_t kSlicePairMin = 16 * 1024;
 // Two-member broadcasts above this many bytes move windows of this size (pipelined).
 inline constexpr std::size_t kBroadcastChunk = 32 * 1024;
 

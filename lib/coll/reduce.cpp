@@ -191,6 +191,10 @@ void reduce_dtype(ReduceOp op, std::span<const std::byte* const> inputs, std::by
 }
 
 bool floating(DType d) { return is_floating_point(d); }
+bool is_half(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
+
+// Inputs of at most this many bytes (float32/float64) skip the vector kernels (reduce_in_order).
+constexpr std::size_t kScalarMaxBytes = 64;
 
 }  // namespace
 
@@ -227,10 +231,17 @@ std::optional<std::string> unsupported(ReduceOp op, DType dtype) {
 void reduce_in_order(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                      std::byte* out, std::size_t count, int divisor) {
   if (inputs.empty() || count == 0) return;
+  const std::size_t bytes = count * element_size(dtype);
+  // A few float32/float64 elements (the small all_reduce of an inference loop) take the
+  // scalar path: there the vector path's fixed cost (has_kernel, the overlap test, Highway's
+  // dispatch, the kernel's setup and tail) is about 230 instructions for a 16 B float32 pair
+  // by callgrind, the scalar loop a few per element. Not float16/bfloat16: their scalar
+  // conversions cost tens of instructions per element. Same bits either way.
+  if (bytes <= kScalarMaxBytes && !is_half(dtype))
+    return reduce_in_order_scalar(op, dtype, inputs, out, count, divisor);
   // The vector kernels load a vector of every input before they store that vector of `out`:
   // `out` may be an input, but must not overlap one partly (the scalar path's blocks cope).
   if (simd::has_kernel(op, dtype)) {
-    const std::size_t bytes = count * element_size(dtype);
     const bool fits = std::all_of(inputs.begin(), inputs.end(), [&](const std::byte* in) {
       return in == out || disjoint(in, out, bytes);
     });

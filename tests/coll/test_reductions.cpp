@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "coll/lane_plans.hpp"
 #include "coll_support.hpp"
 #include "segment/layout.hpp"
 #include "support/shm_check.hpp"
@@ -118,9 +119,10 @@ BOOST_AUTO_TEST_CASE(bitwise_equal_with_two_members) {
                 p2p::job_options(Mode::Processes, 64 * 1024));
 }
 
-// 2 members, float16 and bfloat16: both sides of the switch to the sliced algorithm (4096 B
-// direct, 4098 B sliced with an odd element count), a whole window sliced and one element
-// past it direct again (two windows), each bitwise equal to the sequential reference.
+// 2 members, float16 and bfloat16: both sides of the switch to the sliced algorithm
+// (kSlicePairMin bytes direct, one element more sliced, an odd element count), a whole
+// window sliced and one element past it direct again (two windows), each bitwise equal to
+// the sequential reference.
 BOOST_AUTO_TEST_CASE(bitwise_equal_across_the_two_member_switch) {
   expect_job_ok(2, [](dist::ProcessGroup& pg) {
     const int me = pg.get_rank();
@@ -129,7 +131,8 @@ BOOST_AUTO_TEST_CASE(bitwise_equal_across_the_two_member_switch) {
     std::uint64_t seed = 900;
     for (DType d : {dist::kBFloat16, dist::kHalf}) {
       for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX}) {
-        for (std::int64_t numel : {std::int64_t{2048}, std::int64_t{2049}, window, window + 1}) {
+        const auto at_switch = static_cast<std::int64_t>(shmdist::coll::kSlicePairMin / 2);
+        for (std::int64_t numel : {at_switch, at_switch + 1, window, window + 1}) {
           ++seed;
           std::vector<Tensor> inputs;
           for (int r = 0; r < 2; ++r) inputs.push_back(make_input(seed, r, numel, d, op));
