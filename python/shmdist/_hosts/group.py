@@ -279,10 +279,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
         if self.leaders is not None:
             error, frames = self._agree.exchange(call, tensor)
             if error is None:
-                acc = self._agree.payload(frames[0], tensor)
+                parts = self._agree.payloads(tensor)
+                acc = parts[0]
                 combine = _COMBINE[_kind(op)]
-                for frame in frames[1:]:
-                    acc = combine(acc, self._agree.payload(frame, tensor))
+                for part in parts[1:]:
+                    acc = combine(acc, part)
                 tensor.copy_(acc)
                 if avg:
                     tensor.div_(self.size())
