@@ -49,7 +49,9 @@ def test_two_hosts_two_ranks_each():
     """all_reduce bitwise equal on every rank and equal to the documented order's sum,
     reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
     and across hosts, AVG, reduce_scatter (both forms) in the documented order, all_to_all
-    (both forms), refusals naming "across hosts"; nothing left in either /dev/shm."""
+    (both forms), refusals naming "across hosts"; an all_reduce large enough for the split
+    path (each rank of a host carries a slice between hosts) bitwise equal on every rank and
+    to the documented order; nothing left in either /dev/shm."""
     reports = run_hosts([[0, 1], [2, 3]], "ops")
     ranks = _ranks(reports)
     text = _show(reports)
@@ -62,6 +64,9 @@ def test_two_hosts_two_ranks_each():
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
+    splits = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+              if line.startswith("SPLITDIGEST ")]
+    assert len(splits) == 4 and len(set(splits)) == 1, text  # the split path (8 MiB + 12 B)
     nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
             if line.startswith("NANDIGEST ")}
     assert len(nans) == 1, text
@@ -347,6 +352,8 @@ CROSS_MISMATCH = {
                     "all_reduce(op=SUM, torch.float32, 8 elements)"),
     "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
                     "all_reduce(op=SUM, torch.float32, 300001 elements)"),
+    "count_split": ("all_reduce(op=SUM, torch.float32, 2097152 elements)",
+                    "all_reduce(op=SUM, torch.float32, 2097153 elements)"),
     "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
                              "all_reduce(op=SUM, torch.float32, 300000 elements)"),
     "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
@@ -391,7 +398,8 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
-@pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000)])
+@pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000),
+                                    ("inside_host_b_split", 2_097_152)])
 def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case, n):
     """Issue 30: global rank 3 (host B) calls all_reduce of n + 1 elements, the others of n:
     host B finds it (its "shm" part, or for more than 4 KiB its leader comparing the calls it

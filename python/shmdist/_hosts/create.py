@@ -84,7 +84,16 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
     if rank == host[0]:
         leaders = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "leaders/", store), h,
                                         len(hosts), timeout)
-    group = ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks)
+    # Hosts of equal size k >= 2: the i-th ranks of the hosts form column i (column 0 is the
+    # leaders), over which each rank carries 1/k of a large all_reduce's traffic between hosts
+    # (ProcessGroupHosts._allreduce_split). Every rank knows every host's size, so all or none
+    # create them.
+    column = None
+    if len({len(each) for each in hosts}) == 1 and len(host) > 1:
+        column = leaders if rank == host[0] else dist.ProcessGroupGloo(
+            dist.PrefixStore(prefix + "column" + str(host.index(rank)) + "/", store), h,
+            len(hosts), timeout)
+    group = ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks, column)
     group.timeout = timeout
     return group
 

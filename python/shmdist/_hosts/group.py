@@ -40,7 +40,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
     each leader broadcasts inside its host. With hosts [0, 1] and [2, 3], SUM is
     (x0 + x1) + (x2 + x3), bitwise equal on every rank."""
 
-    def __init__(self, rank, size, hosts, local, gloo, leaders, global_ranks):
+    # Bytes from which an all_reduce of a group whose hosts have equal sizes k >= 2 splits the
+    # traffic between hosts over all ranks (_allreduce_split); below, one leader per host
+    # carries it.
+    SPLIT = 8 << 20
+
+    def __init__(self, rank, size, hosts, local, gloo, leaders, global_ranks, column=None):
         super().__init__(rank, size)
         self.hosts = hosts
         self._host_of = {r: h for h, host in enumerate(hosts) for r in host}
@@ -49,6 +54,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.local = local
         self.gloo = gloo
         self.leaders = leaders
+        # gloo among the ranks of this rank's index on every host (the leaders' group for
+        # index 0), when the hosts have equal sizes k >= 2; else None on every rank.
+        self.column = column
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
@@ -214,8 +222,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
                 raise
             raise type(e)(_global_rank_text(str(e), self.global_ranks)) from e
 
-    def _combine_hosts(self, tensor, op):
-        """On a leader: the host partials gathered and combined in host order, into tensor."""
+    def _combine_hosts(self, tensor, op, group=None):
+        """On a leader (or, with `group` = self.column, on any rank for its slice): the host
+        partials gathered over `group` (the leaders' by default, one member per host in host
+        order) and combined in host order, into tensor."""
+        group = self.leaders if group is None else group
         # The choice depends only on what the leaders agreed on (op, dtype, hosts), never on a
         # leader's own tensor layout: leaders taking different gloo collectives would wait for
         # each other to the timeout (review 6). A layout gloo cannot take in place goes
@@ -224,7 +235,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
                 tensor.dtype in _SUM_OVER_GLOO:
             if not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg():
                 plain = tensor.resolve_conj().resolve_neg().contiguous()
-                self.leaders.allreduce([plain]).wait()
+                group.allreduce([plain]).wait()
                 tensor.copy_(plain)
                 return
             # Two partials: each element is one addition p0 + p1, which gives the same bits
@@ -233,10 +244,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
             # on both). It works in place: the all-gather below allocates and fills a buffer
             # per host and gloo copies through two more, which at 16 MiB cost more than gloo's
             # whole 4-rank all_reduce (docs/hosts.md).
-            self.leaders.allreduce([tensor]).wait()
+            group.allreduce([tensor]).wait()
             return
         parts = [torch.empty_like(tensor) for _ in self.hosts]
-        self.leaders.allgather([parts], [tensor]).wait()
+        group.allgather([parts], [tensor]).wait()
         acc = parts[0]
         combine = _COMBINE[_kind(op)]
         for part in parts[1:]:
@@ -268,10 +279,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
         if self.leaders is not None:
             error, frames = self._agree.exchange(call, tensor)
             if error is None:
-                acc = self._agree.payload(frames[0], tensor)
+                parts = self._agree.payloads(tensor)
+                acc = parts[0]
                 combine = _COMBINE[_kind(op)]
-                for frame in frames[1:]:
-                    acc = combine(acc, self._agree.payload(frame, tensor))
+                for part in parts[1:]:
+                    acc = combine(acc, part)
                 tensor.copy_(acc)
                 if avg:
                     tensor.div_(self.size())
@@ -288,12 +300,39 @@ class ProcessGroupHosts(dist.ProcessGroup):
         if self._agree.small(tensor):
             return self._allreduce_small(tensor, op, avg, call)
         self._agree.check_all(call)  # issue 30: before any message of the tensor's size
+        if self.column is not None and tensor.numel() * tensor.element_size() >= self.SPLIT:
+            return self._allreduce_split(tensor, op, avg)
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
             if avg:
                 tensor.div_(self.size())
         self.local.broadcast([tensor], _broadcast_opts(0)).wait()
+
+    def _allreduce_split(self, tensor, op, avg):
+        """_allreduce_one of at least SPLIT bytes when every host has k >= 2 ranks: the tensor
+        in k slices, slice i reduced inside each host to its rank i (in rank order, over
+        "shm"), combined across hosts by the i-th ranks of the hosts over their column's gloo
+        group (in host order, as _combine_hosts does for the leaders), then broadcast inside
+        each host from rank i. Every element is computed as the leaders' schedule computes it
+        (the same bits), but each rank carries 1/k of the traffic between hosts, over k
+        connections at once, instead of one leader all of it. Which path a call takes depends
+        only on what every rank knows alike (the checked call's size, the hosts' sizes)."""
+        plain = tensor.is_contiguous() and not tensor.is_conj() and not tensor.is_neg()
+        flat = (tensor if plain else tensor.resolve_conj().resolve_neg().contiguous()).view(-1)
+        k = len(self.hosts[self._host])
+        n = flat.numel()
+        slices = [flat[n * i // k:n * (i + 1) // k] for i in range(k)]
+        for i, piece in enumerate(slices):
+            self.local.reduce([piece], _reduce_opts(i, op)).wait()
+        mine = slices[self._local_rank[self.rank()]]
+        self._combine_hosts(mine, op, self.column)
+        if avg:
+            mine.div_(self.size())
+        for i, piece in enumerate(slices):
+            self.local.broadcast([piece], _broadcast_opts(i)).wait()
+        if not plain:
+            tensor.copy_(flat.view(tensor.shape))
 
     @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):

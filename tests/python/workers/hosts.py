@@ -187,14 +187,16 @@ if mode == "cross_mismatch":
     case = sys.argv[2]
     host_a = rank < 2
     small, large = 4, 300_000  # large: above the composite's small-frame limit (4 KiB)
+    split = shmdist.torch.ProcessGroupHosts.SPLIT // 4  # float32 elements of the split path
 
     def call():
         if case == "all_reduce_vs_broadcast":
             t = torch.zeros(small)
             return dist.all_reduce(t) if host_a else dist.broadcast(t, 2)
-        if case in ("count_small", "count_large", "count_small_vs_large"):
+        if case in ("count_small", "count_large", "count_small_vs_large", "count_split"):
             a, b = {"count_small": (small, 8), "count_large": (large, large + 1),
-                    "count_small_vs_large": (small, large)}[case]
+                    "count_small_vs_large": (small, large), "count_split": (split, split + 1)
+                    }[case]
             return dist.all_reduce(torch.zeros(a if host_a else b))
         if case == "dtype":
             return dist.all_reduce(torch.zeros(small, dtype=torch.float32 if host_a
@@ -211,9 +213,10 @@ if mode == "cross_mismatch":
             # Rank 0 sends 1 element to rank 2, which expects 2 from it.
             return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
                                           else [2, 1, 1, 0], [1, 1, 1, 1])
-        if case in ("inside_host_b", "inside_host_b_large"):
+        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_split"):
             # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
-            n = small if case == "inside_host_b" else large
+            n = {"inside_host_b": small, "inside_host_b_large": large,
+                 "inside_host_b_split": split}[case]
             return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
         if case == "inside_host_b_all_gather":
             # Review 6: host B's leader (rank 2) calls all_gather, the others all_reduce: the
@@ -461,6 +464,30 @@ def all_reduce_documented_order():
     expect_equal(t, torch.maximum(torch.maximum(values(0, n), values(1, n)),
                                   torch.maximum(values(2, n), values(3, n))),
                  "all_reduce MAX of 320 KB")
+    # At least ProcessGroupHosts.SPLIT bytes on hosts of equal size: each rank of a host
+    # reduces one slice inside the host and carries it between hosts over its column's gloo
+    # group; the same order, so the same bits. An odd count (slices of unequal size); SUM
+    # (gloo's all_reduce per column), MAX (an all-gather per column), AVG of a non-contiguous
+    # view (through a contiguous copy, written back).
+    pg = c10d._get_default_group()
+    expect(pg.column is not None, "the split path's column groups exist on every rank")
+    n = shmdist.torch.ProcessGroupHosts.SPLIT // 4 + 3
+    inputs = [values(r, n) for r in range(world)]
+    t = inputs[rank].clone()
+    dist.all_reduce(t)
+    expect_equal(t, sum_in_documented_order(inputs), "all_reduce SUM of SPLIT bytes + 12")
+    say(f"SPLITDIGEST {rank} {hashlib.sha256(t.numpy().tobytes()).hexdigest()}")
+    t = inputs[rank].clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    expect_equal(t, torch.maximum(torch.maximum(inputs[0], inputs[1]),
+                                  torch.maximum(inputs[2], inputs[3])),
+                 "all_reduce MAX of SPLIT bytes + 12")
+    both = torch.stack([inputs[rank], torch.zeros(n)], 1)
+    t = both[:, 0]
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    expect_equal(t, sum_in_documented_order(inputs) / world, "all_reduce AVG of a strided view")
+    expect_equal(both[:, 1], torch.zeros(n), "the view's neighbours untouched")
+    del inputs, both
     # NaNs with a payload of each rank's own: which NaN a sum keeps depends on the order of
     # its operands, so every rank holding the same bits (NANDIGEST, compared by the test)
     # shows that both leaders combined the two host partials in the same order.
