@@ -4,13 +4,14 @@ env:// processes), bounded in time, and the check that they leave nothing in /de
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 
 import pytest
+
+from emulated_hosts import free_port  # noqa: F401 - the tests take it from here
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKERS = HERE / "workers"
@@ -68,12 +69,6 @@ def no_leftovers():
         time.sleep(0.2)
         new &= shm_names()
     assert not new, f"left in /dev/shm: {sorted(new)}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env(extra=None):

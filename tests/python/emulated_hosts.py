@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import socket
 import subprocess
 import sys
@@ -45,9 +46,22 @@ def in_own_dev_shm(cmd):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that nothing listens on now, chosen below the kernel's ephemeral range
+    (net.ipv4.ip_local_port_range) when it leaves room: a port from that range (bind to port
+    0) can be taken by any outgoing connection (gloo's, a store client's) between this pick
+    and the job's bind, which failed a test with "Address already in use" under load."""
+    try:
+        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = random.sample(range(10000, low), min(200, low - 10000)) if low > 10200 else []
+    for port in candidates + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
 
 
 def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd=None):
