@@ -149,11 +149,12 @@ void recv(Step& step, int peer, Tensor view) {
   step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
 }
 
-// all_reduce across hosts takes the leaders' schedule (reduce_across_hosts) below this size,
-// and the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated
-// hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win
-// for small tensors; for large ones every member moving its slice at once wins (the
-// leaders' schedule was 2-4x slower from 128 KiB up).
+// all_reduce across hosts takes the leaders' schedule (folded_reduce) below this size, and
+// the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated hosts
+// x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win for
+// small tensors; for large ones every member moving its slice at once wins (the leaders'
+// schedule was 2-4x slower from 128 KiB up; folded into the agreement, still about 2x
+// slower from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
