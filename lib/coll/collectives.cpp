@@ -121,7 +121,9 @@ class Builder {
     call_.recv_counts = std::move(recvs);
   }
 
-  std::shared_ptr<Schedule> make() { return std::make_shared<Schedule>(s_, call_, error_); }
+  std::shared_ptr<Schedule> make(std::optional<FoldedReduce> fold = std::nullopt) {
+    return std::make_shared<Schedule>(s_, call_, error_, std::move(fold));
+  }
   // The call as a blocking lane call sees it (only when ok()), moved out of the builder.
   CallContext take_context() {
     CallContext ctx;
@@ -147,30 +149,12 @@ void recv(Step& step, int peer, Tensor view) {
   step.transfers.push_back({Transfer::Dir::Recv, peer, std::move(view)});
 }
 
-// A group whose members sit on several hosts, some host holding two or more of them. Its
-// reductions are evaluated host by host (reduce_members), whichever schedule moves the data;
-// a small all_reduce and every broadcast go inside each host first (shared memory), then
-// among one leader per host (the only messages between hosts), then inside each host again.
-// Hosts are taken in the order of their first member's group rank, each host's members in
-// group-rank order; a host's leader is its first member (for broadcast the root leads its
-// host).
-struct HostSplit {
-  std::vector<std::vector<int>> hosts;  // group ranks, per host
-  int mine = 0;                         // this member's host
-  // Each host's leader (group rank); `root` (a group rank, or -1) leads its own host.
-  std::vector<int> leaders(int root) const {
-    std::vector<int> out;
-    for (const auto& h : hosts)
-      out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
-    return out;
-  }
-};
-
-// all_reduce across hosts takes the leaders' schedule (reduce_across_hosts) below this size,
-// and the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated
-// hosts x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win
-// for small tensors; for large ones every member moving its slice at once wins (the
-// leaders' schedule was 2-4x slower from 128 KiB up).
+// all_reduce across hosts takes the leaders' schedule (folded_reduce) below this size, and
+// the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated hosts
+// x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win for
+// small tensors; for large ones every member moving its slice at once wins (the leaders'
+// schedule was 2-4x slower from 128 KiB up; folded into the agreement, still about 2x
+// slower from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
@@ -205,31 +189,6 @@ void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> 
     }
     reduce_in_order(op, dtype, partials, out + at * es, len, n);
   }
-}
-
-// The split of the call's group, or nullopt when the flat schedule serves as well: the job
-// is on one host, the group inside one host, or every host holds one member (then the host
-// order is the group-rank order and the flat schedule's result is the same bits).
-std::optional<HostSplit> split_by_host(const CallSetup& s) {
-  if (s.host_of.empty()) return std::nullopt;
-  HostSplit split;
-  std::vector<int> ids;  // host id of split.hosts[i]
-  bool shared = false;
-  for (int j = 0; j < s.group.size(); ++j) {
-    const int host = s.host_of[static_cast<std::size_t>(s.group.members[j])];
-    const auto at = std::find(ids.begin(), ids.end(), host);
-    if (at == ids.end()) {
-      ids.push_back(host);
-      split.hosts.push_back({j});
-    } else {
-      split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
-      shared = true;
-    }
-    if (j == s.group.me)
-      split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
-  }
-  if (split.hosts.size() < 2 || !shared) return std::nullopt;
-  return split;
 }
 
 // Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
@@ -274,62 +233,33 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   step.after = [from, to] { copy_elements(from, to); };
 }
 
-// Steps 1 and 2 of all_reduce across hosts on the leaders' schedule. Step 1, inside each
-// host: the members send their tensor to the host's leader, which reduces its host's inputs
-// in group-rank order into its tensor (its host's partial). Step 2, among the leaders: every
-// leader sends its partial to every other leader and each reduces the partials in host
-// order into its tensor. So with hosts [0, 1] and [2, 3], SUM is (x0 + x1) + (x2 + x3) on
-// every rank, bitwise: reduce_members' order. AVG sums inside the hosts and divides the sum
-// of the partials by the group's size; float16 and bfloat16 partials are rounded to their
-// dtype.
-void reduce_across_hosts(Schedule& sch, const Builder& b, const HostSplit& split,
-                         const Tensor& tensor, ReduceOp op) {
+// all_reduce across hosts on the leaders' schedule, folded into the host tree's agreement
+// (Schedule::agree_on_tree): each host's leader reduces its host's inputs in group-rank order
+// (its host's partial), the leaders exchange their partials (one message per pair, with
+// their hosts' fingerprints) and each reduces them in host order; the result comes back
+// inside each host with every member's fingerprint. So with hosts [0, 1] and [2, 3], SUM is
+// (x0 + x1) + (x2 + x3) on every rank, bitwise: reduce_members' order. AVG sums inside the
+// hosts and divides the sum of the partials by the group's size; float16 and bfloat16
+// partials are rounded to their dtype. One crossing between hosts per call, where the
+// exchange of fingerprints and then the leaders' round took two.
+FoldedReduce folded_reduce(const Builder& b, const Tensor& tensor, ReduceOp op) {
   const DType dtype = tensor.dtype();
-  const std::int64_t count = tensor.numel();
-  const std::size_t size = static_cast<std::size_t>(count) * element_size(dtype);
-  const std::vector<int> leaders = split.leaders(-1);
-  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
-  const int lead = leaders[static_cast<std::size_t>(split.mine)];
-  const int k = static_cast<int>(mates.size()), hosts = static_cast<int>(leaders.size());
-  const int n = b.n(), mine = split.mine;
+  const std::size_t count = static_cast<std::size_t>(tensor.numel());
+  const int n = b.n();
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
-  sch.keep(tensor);
-
-  Step& gather = sch.add_step();
-  if (b.me() != lead) {
-    send(gather, b.members()[lead], tensor);
-  } else if (k > 1) {
-    Tensor stage = empty({count * k}, dtype);  // mate i's input at i * count (own: unused)
-    sch.keep(stage);
-    for (int i = 0; i < k; ++i)
-      if (mates[i] != lead) recv(gather, b.members()[mates[i]], view_of(stage, i * count, count));
-    gather.after = [=] {
-      std::vector<const std::byte*> inputs(k);
-      for (int i = 0; i < k; ++i)
-        inputs[i] = mates[i] == lead ? bytes_of(tensor) : bytes_of(stage) + i * size;
-      reduce_in_order(inside, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
-    };
-  }
-
-  Step& among = sch.add_step();
-  if (b.me() != lead) return;
-  Tensor stage = empty({count * hosts}, dtype);  // host h's partial at h * count (own: unused)
-  sch.keep(stage);
-  for (int h = 0; h < hosts; ++h) {
-    if (h == mine) continue;
-    send(among, b.members()[leaders[h]], tensor);
-    recv(among, b.members()[leaders[h]], view_of(stage, h * count, count));
-  }
-  among.after = [=] {
-    std::vector<const std::byte*> inputs(hosts);
-    for (int h = 0; h < hosts; ++h)
-      inputs[h] = h == mine ? bytes_of(tensor) : bytes_of(stage) + h * size;
-    reduce_in_order(op, dtype, inputs, bytes_of(tensor), static_cast<std::size_t>(count), n);
+  FoldedReduce fold;
+  fold.tensor = tensor;
+  fold.inside = [=](std::span<const std::byte* const> inputs, std::byte* out) {
+    reduce_in_order(inside, dtype, inputs, out, count, n);
   };
+  fold.across = [=](std::span<const std::byte* const> partials, std::byte* out) {
+    reduce_in_order(op, dtype, partials, out, count, n);
+  };
+  return fold;
 }
 
-// Step 3 of all_reduce across hosts, and broadcast across hosts from a leader: each host's
-// leader sends `tensor` to its host's other members.
+// Broadcast across hosts from a leader: each host's leader sends `tensor` to its host's
+// other members.
 void spread_inside_host(Schedule& sch, const Builder& b, const HostSplit& split, int lead,
                         const Tensor& tensor) {
   Step& out = sch.add_step();
@@ -567,14 +497,10 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
-  auto sch = b.make();
   const std::optional<HostSplit> split = split_by_host(s);
-  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow) {
-    const int lead = split->leaders(-1)[static_cast<std::size_t>(split->mine)];
-    reduce_across_hosts(*sch, b, *split, tensor, op);
-    spread_inside_host(*sch, b, *split, lead, tensor);
-    return finish(sch, tensor.nbytes());
-  }
+  if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow)
+    return finish(b.make(folded_reduce(b, tensor, op)), tensor.nbytes());
+  auto sch = b.make();
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();

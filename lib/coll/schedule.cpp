@@ -2,6 +2,7 @@
 
 #include "coll/schedule.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace shmdist::coll {
@@ -24,7 +25,57 @@ int step_tag(std::uint64_t seq, std::size_t step) {
   return kBase + static_cast<int>((seq % kSeqWindow) * 16 + step);
 }
 
-Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error)
+std::vector<int> HostSplit::leaders(int root) const {
+  std::vector<int> out;
+  for (const auto& h : hosts)
+    out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
+  return out;
+}
+
+std::optional<HostSplit> split_by_host(const CallSetup& s) {
+  if (s.host_of.empty()) return std::nullopt;
+  HostSplit split;
+  std::vector<int> ids;  // host id of split.hosts[i]
+  bool shared = false;
+  for (int j = 0; j < s.group.size(); ++j) {
+    const int host = s.host_of[static_cast<std::size_t>(s.group.members[j])];
+    const auto at = std::find(ids.begin(), ids.end(), host);
+    if (at == ids.end()) {
+      ids.push_back(host);
+      split.hosts.push_back({j});
+    } else {
+      split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
+      shared = true;
+    }
+    if (j == s.group.me)
+      split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
+  }
+  if (split.hosts.size() < 2 || !shared) return std::nullopt;
+  return split;
+}
+
+namespace {
+
+std::byte* bytes_of(const Tensor& t) {
+  return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
+}
+
+// Bytes [0, n) of a byte tensor, sharing it.
+Tensor first_bytes(const Tensor& t, std::size_t n) {
+  return Tensor::from_blob(bytes_of(t), {static_cast<std::int64_t>(n)}, kUInt8);
+}
+
+// Wire `i` of a received message of wires (w bytes each), or zeros (a call that is not a
+// shmdist collective, so a disagreement) when the message is too short to hold it.
+void copy_wire(const Tensor& msg, std::size_t i, std::size_t w, std::byte* to) {
+  if (msg.defined() && msg.nbytes() >= (i + 1) * w) std::memcpy(to, bytes_of(msg) + i * w, w);
+  else std::memset(to, 0, w);
+}
+
+}  // namespace
+
+Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error,
+                   std::optional<FoldedReduce> fold)
     : engine_(*setup.engine), members_(setup.group.members.begin(), setup.group.members.end()) {
   const int n = static_cast<int>(members_.size());
   ctx_.group = setup.group;
@@ -44,6 +95,14 @@ Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<s
     lane_.emplace(*setup.lane, ctx_, LanePlan{}, std::span<const std::byte>(own_wire_));
     return;
   }
+  // monitored_barrier keeps the exchange: its group rank 0 names every member it has not
+  // heard from, which it learns only by hearing from each directly.
+  if (static_cast<Kind>(ctx_.call.fp.kind) != Kind::MonitoredBarrier)
+    if (const std::optional<HostSplit> split = split_by_host(setup)) {
+      if (fold && !ctx_.own_error) fold_ = std::move(fold);
+      agree_on_tree(*split);
+      return;
+    }
   Step& exchange = add_step();
   wires_.resize(n);
   const Tensor own = Tensor::from_blob(own_wire_.data(),
@@ -95,6 +154,168 @@ void Schedule::judge_exchange() {
   judge(ctx_, calls);
 }
 
+// The agreement of a group split across hosts, along the host tree (HostSplit's hosts and
+// leaders, the same on every member whatever its call, so members making different calls
+// still exchange the same messages):
+//   step 0, inside each host: every member sends its wire [+ its input] to its host's leader;
+//   step 1, between hosts: every leader sends its host's wires [+ the host's partial] to
+//           every other leader, one message per pair: the only messages between hosts;
+//   step 2, inside each host: every leader sends every member's wire [+ the result] to its
+//           host's members.
+// After step 1 a leader holds every member's wire, after step 2 every member does: each
+// judges them with the same verdict() as the exchange, so every member raises the same
+// InvalidArgument on a mismatch, and the same messages were sent and received whatever the
+// calls, so nothing is left behind and the group goes on. A leader's verdict waits until
+// step 2 has told its host. A payload rides only where its sender knows that the calls it
+// covers agree (its host's, for a partial; all, for a result), and the receivers take
+// messages of any size: a member whose call differs sends other lengths, or none.
+void Schedule::agree_on_tree(const HostSplit& split) {
+  const int me = ctx_.group.me;
+  const std::size_t w = own_wire_.size(), n = members_.size();
+  const std::size_t data = fold_ ? fold_->tensor.nbytes() : 0;
+  Tree& t = tree_.emplace();
+  t.hosts = split.hosts;
+  t.mine = split.mine;
+  const std::vector<int>& mates = t.hosts[static_cast<std::size_t>(t.mine)];
+  const int lead = mates[0];
+  steps_.resize(3);  // add_step() would invalidate references to earlier steps
+  auto any_size = [](Step& step, int peer, Tensor* landing) {
+    step.transfers.push_back({Transfer::Dir::Recv, peer, empty({0}, kUInt8), landing});
+  };
+  t.down = empty({static_cast<std::int64_t>(n * w + data)}, kUInt8);
+  if (me != lead) {
+    Tensor up = empty({static_cast<std::int64_t>(w + data)}, kUInt8);
+    std::memcpy(bytes_of(up), own_wire_.data(), w);
+    if (data) std::memcpy(bytes_of(up) + w, fold_->tensor.data_ptr(), data);
+    steps_[0].transfers.push_back({Transfer::Dir::Send, members_[lead], up});
+    any_size(steps_[2], members_[lead], &t.down);
+    steps_[2].after = [this] { judge_down(); };
+    return;
+  }
+  t.from_mates.resize(mates.size());
+  for (std::size_t i = 1; i < mates.size(); ++i)
+    any_size(steps_[0], members_[mates[i]], &t.from_mates[i]);
+  steps_[0].after = [this] { gather_host(); };
+  t.across = empty({static_cast<std::int64_t>(mates.size() * w + data)}, kUInt8);
+  t.from_leaders.resize(t.hosts.size());
+  for (std::size_t h = 0; h < t.hosts.size(); ++h) {
+    if (static_cast<int>(h) == t.mine) continue;
+    steps_[1].transfers.push_back({Transfer::Dir::Send, members_[t.hosts[h][0]], t.across});
+    any_size(steps_[1], members_[t.hosts[h][0]], &t.from_leaders[h]);
+  }
+  steps_[1].after = [this] { judge_hosts(); };
+  for (std::size_t i = 1; i < mates.size(); ++i)
+    steps_[2].transfers.push_back({Transfer::Dir::Send, members_[mates[i]], t.down});
+  steps_[2].after = [this] {
+    if (tree_->verdict) std::rethrow_exception(tree_->verdict);
+  };
+}
+
+// The leader, its host's messages in: its host's wires into `across`; with a fold, the
+// host's partial after them when every mate's call is the leader's own, else the message
+// goes without one.
+void Schedule::gather_host() {
+  Tree& t = *tree_;
+  const std::vector<int>& mates = t.hosts[static_cast<std::size_t>(t.mine)];
+  const std::size_t w = own_wire_.size();
+  std::memcpy(bytes_of(t.across), own_wire_.data(), w);
+  bool agree = true;
+  for (std::size_t i = 1; i < mates.size(); ++i) {
+    copy_wire(t.from_mates[i], 0, w, bytes_of(t.across) + i * w);
+    agree = agree && std::memcmp(bytes_of(t.across) + i * w, own_wire_.data(), w) == 0;
+  }
+  if (!fold_) return;
+  const std::size_t data = fold_->tensor.nbytes();
+  for (std::size_t i = 1; i < mates.size() && agree; ++i)
+    agree = t.from_mates[i].nbytes() == w + data;
+  if (!agree) {
+    for (Transfer& x : steps_[1].transfers)
+      if (x.dir == Transfer::Dir::Send) x.view = first_bytes(t.across, mates.size() * w);
+    return;
+  }
+  std::byte* partial = bytes_of(t.across) + mates.size() * w;
+  if (mates.size() == 1) {
+    std::memcpy(partial, fold_->tensor.data_ptr(), data);
+    return;
+  }
+  std::vector<const std::byte*> inputs(mates.size());
+  inputs[0] = bytes_of(fold_->tensor);
+  for (std::size_t i = 1; i < mates.size(); ++i) inputs[i] = bytes_of(t.from_mates[i]) + w;
+  fold_->inside(inputs, partial);
+}
+
+// The leader, the other leaders' messages in: every member's wire into `down`, the verdict
+// kept for after step 2; with a fold and agreement, the result of the partials in host order
+// into `down` after the wires and into the tensor. Otherwise `down` goes with the wires only.
+void Schedule::judge_hosts() {
+  Tree& t = *tree_;
+  const std::size_t w = own_wire_.size(), n = members_.size();
+  for (std::size_t h = 0; h < t.hosts.size(); ++h)
+    for (std::size_t i = 0; i < t.hosts[h].size(); ++i) {
+      std::byte* to = bytes_of(t.down) + static_cast<std::size_t>(t.hosts[h][i]) * w;
+      if (static_cast<int>(h) == t.mine) std::memcpy(to, bytes_of(t.across) + i * w, w);
+      else copy_wire(t.from_leaders[h], i, w, to);
+    }
+  bool with_result = false;
+  try {
+    judge_tree_wires();
+    if (fold_) {
+      const std::size_t data = fold_->tensor.nbytes();
+      std::vector<const std::byte*> partials(t.hosts.size());
+      for (std::size_t h = 0; h < t.hosts.size(); ++h) {
+        const Tensor& msg = static_cast<int>(h) == t.mine ? t.across : t.from_leaders[h];
+        const std::size_t at = t.hosts[h].size() * w;
+        if (msg.nbytes() != at + data)
+          throw Error(ctx_.name() + ": the leader of another host, global rank " +
+                      std::to_string(members_[static_cast<std::size_t>(t.hosts[h][0])]) +
+                      ", sent " + std::to_string(msg.nbytes() - std::min(msg.nbytes(), at)) +
+                      " bytes of its host's partial, where every call agreed on " +
+                      std::to_string(data) + "; a corrupt peer or mismatched builds: rebuild "
+                      "every rank from the same version");
+        partials[h] = bytes_of(msg) + at;
+      }
+      std::byte* result = bytes_of(t.down) + n * w;
+      fold_->across(partials, result);
+      std::memcpy(bytes_of(fold_->tensor), result, data);
+      with_result = true;
+    }
+  } catch (...) {
+    t.verdict = std::current_exception();
+  }
+  if (fold_ && !with_result)
+    for (Transfer& x : steps_[2].transfers) x.view = first_bytes(t.down, n * w);
+}
+
+// A member that is not its host's leader, the leader's message in: the same verdict as every
+// member's; with a fold and agreement, the result into the tensor.
+void Schedule::judge_down() {
+  Tree& t = *tree_;
+  const std::size_t w = own_wire_.size(), n = members_.size();
+  const Tensor got = t.down;
+  t.down = empty({static_cast<std::int64_t>(n * w)}, kUInt8);
+  for (std::size_t j = 0; j < n; ++j) copy_wire(got, j, w, bytes_of(t.down) + j * w);
+  judge_tree_wires();
+  if (!fold_) return;
+  const std::size_t data = fold_->tensor.nbytes();
+  const int lead = t.hosts[static_cast<std::size_t>(t.mine)][0];
+  if (got.nbytes() != n * w + data)
+    throw Error(ctx_.name() + ": this host's leader, global rank " +
+                std::to_string(members_[static_cast<std::size_t>(lead)]) +
+                ", sent no result although every member's call agreed: it failed after the "
+                "agreement (its own exception says why)");
+  std::memcpy(bytes_of(fold_->tensor), bytes_of(got) + n * w, data);
+}
+
+void Schedule::judge_tree_wires() {
+  const int n = ctx_.group.size();
+  const std::size_t w = own_wire_.size();
+  std::vector<CallDescription> calls(n);
+  for (int j = 0; j < n; ++j)
+    calls[j] = j == ctx_.group.me ? ctx_.call
+                                  : decode(bytes_of(tree_->down) + static_cast<std::size_t>(j) * w, n);
+  judge(ctx_, calls);
+}
+
 void Schedule::start_step() {
   static const std::vector<int> no_candidates;
   const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step_),
@@ -107,7 +328,7 @@ void Schedule::start_step() {
       ops_.push_back(engine_.isend(t.view, t.peer, key));
       op_peers_.push_back(-1);
     } else {
-      ops_.push_back(engine_.irecv(t.view, t.peer, key, no_candidates));
+      ops_.push_back(engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr));
       op_peers_.push_back(t.peer);
     }
   }
@@ -148,6 +369,8 @@ bool Schedule::advance_steps() {
         return true;
       }
     }
+    for (std::size_t i = 0; i < ops_.size(); ++i)
+      if (Tensor* landing = steps_[step_].transfers[i].landing) *landing = ops_[i]->keep;
     try {
       if (steps_[step_].after) steps_[step_].after();
     } catch (...) {
@@ -185,6 +408,8 @@ void Schedule::finish(std::exception_ptr error) {
   steps_.clear();
   kept_.clear();
   wires_.clear();
+  tree_.reset();
+  fold_.reset();
 }
 
 }  // namespace shmdist::coll

@@ -10,7 +10,10 @@
 //
 // Otherwise step 0 is the fingerprint exchange: each member sends its call's fingerprint to
 // every other member and receives theirs; then every member computes the same verdict
-// (coll/fingerprint.hpp). Only when all agree do the data steps run. Step k starts when
+// (coll/fingerprint.hpp). Only when all agree do the data steps run. A group split across
+// hosts agrees along the host tree instead (steps 0-2, Schedule::agree_on_tree), so that one
+// message crosses between each pair of hosts' leaders; a small all_reduce rides in those
+// very messages (FoldedReduce) and has no data steps at all. Step k starts when
 // every transfer of step k-1 has completed and its `after` action has run (local reductions,
 // copies). Tags are (sequence number, step), so consecutive and concurrent collectives of
 // one group, and point-to-point traffic (user channel), can never match each other's
@@ -43,10 +46,45 @@ struct CallSetup {
   std::span<const int> host_of;
 };
 
+// A group whose members sit on several hosts, some host holding two or more of them. Its
+// agreement travels the host tree (Schedule::agree_on_tree) and its reductions are evaluated
+// host by host (collectives.cpp, reduce_members), whichever schedule moves the data; a small
+// all_reduce and every broadcast go inside each host first (shared memory), then among one
+// leader per host (the only messages between hosts), then inside each host again. Hosts are
+// taken in the order of their first member's group rank, each host's members in group-rank
+// order; a host's leader is its first member (for broadcast the root leads its host).
+struct HostSplit {
+  std::vector<std::vector<int>> hosts;  // group ranks, per host
+  int mine = 0;                         // this member's host
+  // Each host's leader (group rank); `root` (a group rank, or -1) leads its own host.
+  std::vector<int> leaders(int root) const;
+};
+
+// The split of the call's group, or nullopt when the flat schedule serves as well: the job
+// is on one host, the group inside one host, or every host holds one member (then the host
+// order is the group-rank order and the flat schedule's result is the same bits).
+std::optional<HostSplit> split_by_host(const CallSetup& s);
+
+// A reduction that rides in the host tree's agreement messages (a small all_reduce across
+// hosts, collectives.cpp): each member's input goes up with its fingerprint, each host's
+// partial goes across with its host's fingerprints, the result comes down with everyone's.
+// `tensor` is read when the call starts and written only once every member's call is known
+// to agree, so a mismatch leaves it as it was.
+struct FoldedReduce {
+  Tensor tensor;
+  // Writes the reduction of `inputs` (a host's members' inputs in group-rank order, or the
+  // hosts' partials in host order), each tensor.nbytes() long, to `out`.
+  using Reduction = std::function<void(std::span<const std::byte* const> inputs, std::byte* out)>;
+  Reduction inside, across;
+};
+
 struct Transfer {
   enum class Dir : std::uint8_t { Send, Recv } dir;
   int peer;     // global rank
   Tensor view;  // what is sent, or where it is received (a view into a caller's tensor)
+  // A receive of any size (the host tree's messages, whose length depends on the sender's
+  // call): the message's bytes land here once the step has completed; `view` is unused.
+  Tensor* landing = nullptr;
 };
 
 struct Step {
@@ -59,7 +97,10 @@ class Schedule final : public engine::BackgroundTask,
  public:
   // `error`: this member's own arguments are invalid (it still takes part in the
   // fingerprint exchange, so that every member learns it and none waits forever).
-  Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error);
+  // `fold`: a small all_reduce across hosts whose data rides in the agreement (only when the
+  // group is split across hosts and this member's arguments are valid).
+  Schedule(const CallSetup& setup, CallDescription call, std::optional<std::string> error,
+           std::optional<FoldedReduce> fold = std::nullopt);
 
   Step& add_step() { return steps_.emplace_back(); }
   bool on_lane() const { return lane_.has_value(); }
@@ -87,6 +128,12 @@ class Schedule final : public engine::BackgroundTask,
   bool advance_rounds();
   void finish(std::exception_ptr error);
   void judge_exchange();  // after step 0
+  void agree_on_tree(const HostSplit& split);
+  void gather_host();    // the leader, after step 0
+  void judge_hosts();    // the leader, after step 1
+  void judge_down();     // every member, after step 2
+  // The calls of every member, from the wires in tree_.down (by group rank), judged.
+  void judge_tree_wires();
 
   engine::Engine& engine_;
   std::vector<int> members_;  // ctx_.group.members points here
@@ -96,6 +143,19 @@ class Schedule final : public engine::BackgroundTask,
   bool adopted_ = false;     // lane_ came from a blocking call (it has its ticket)
   std::vector<Tensor> list_;  // the plan's list, when it has one
   std::vector<Tensor> wires_;  // peers' fingerprints, by group rank
+  // The host tree's agreement (agree_on_tree): a message's wires first, then the fold's
+  // payload when it carries one.
+  struct Tree {
+    std::vector<std::vector<int>> hosts;  // HostSplit::hosts
+    int mine = 0;
+    std::vector<Tensor> from_mates;    // the leader: step 0's messages, by place in its host
+    Tensor across;                     // the leader: its host's wires [+ partial] (step 1)
+    std::vector<Tensor> from_leaders;  // the leader: step 1's messages, by host
+    Tensor down;  // every member's wire by group rank [+ result]: the leader's, or received
+    std::exception_ptr verdict;  // the leader's, thrown after step 2 has told its host
+  };
+  std::optional<Tree> tree_;
+  std::optional<FoldedReduce> fold_;
   std::vector<Step> steps_;    // steps_[0] is the fingerprint exchange
   std::vector<Tensor> kept_;
   std::size_t step_ = 0;

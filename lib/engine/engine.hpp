@@ -76,8 +76,9 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
            bool any_size = false, std::uint32_t blocked_as = kBlockedRecv);
 
   std::shared_ptr<Operation> isend(const Tensor& tensor, int dst, const MatchKey& key);
+  // `any_size`: take a byte message of whatever size; the operation's `keep` holds it once done.
   std::shared_ptr<Operation> irecv(const Tensor& tensor, int src, const MatchKey& key,
-                                   const std::vector<int>& candidates);
+                                   const std::vector<int>& candidates, bool any_size = false);
 
   // Waits for `op`; throws what it failed with. With a timeout, returns false if it is still
   // pending then; without one, throws Timeout after the process group's timeout.

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <new>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -355,9 +356,101 @@ void reduce_order() {
                                                           "disagreement");
 }
 
+// A small all_reduce across hosts carries its agreement in its data's messages (the host
+// tree, docs/hosts.md): members whose calls differ must still all raise, the same error on
+// every member (naming the calls and global ranks), leave every tensor as it was, and the
+// group goes on. Each case has one rank call otherwise: a member on another host than rank
+// 0's that is not its host's leader (another count; invalid arguments of its own), another
+// host's leader (another op), a member of rank 0's host (another dtype), and rank 0, the
+// first leader (broadcast instead of all_reduce).
+void folded_agreement() {
+  const std::vector<std::string> hosts = hosts_of_ranks();
+  auto leader_of = [&](int r) {
+    for (int q = 0; q < world; ++q)
+      if (hosts[q] == hosts[r]) return q;
+    return r;
+  };
+  int other_leader = world - 1, other_mate = world - 1, own_mate = world - 1;
+  for (int r = world - 1; r > 0; --r) {
+    if (hosts[r] == hosts[0]) own_mate = r;
+    else if (leader_of(r) == r) other_leader = r;
+    else other_mate = r;
+  }
+  enum Case { kCount, kOp, kDtype, kKind, kRejected };
+  const std::pair<Case, int> cases[] = {{kCount, other_mate}, {kOp, other_leader},
+                                        {kDtype, own_mate}, {kKind, 0}, {kRejected, other_mate}};
+  for (const auto& [what, odd_rank] : cases) {
+    const std::string at = "folded_agreement case " + std::to_string(what) + " (rank " +
+                           std::to_string(odd_rank) + " differs)";
+    const bool odd = rank == odd_rank;
+    const std::int64_t count = odd && what == kCount ? 6 : 5;
+    const dist::DType dtype = odd && what == kDtype ? dist::kFloat64 : dist::kFloat32;
+    dist::Tensor x = dist::full({count}, rank + 1, dtype);
+    const dist::Tensor before = dist::full({count}, rank + 1, dtype);
+    std::string said;
+    try {
+      if (odd && what == kKind) dist::broadcast(x, 0);
+      else if (odd && what == kOp) dist::all_reduce(x, dist::ReduceOp::MAX);
+      else if (odd && what == kRejected) dist::all_reduce(x, dist::ReduceOp::BAND);
+      else dist::all_reduce(x);
+    } catch (const dist::InvalidArgument& e) {
+      said = e.what();
+    }
+    check(!said.empty(), at + ": the call returned on rank " + std::to_string(rank));
+    check(std::memcmp(x.data_ptr(), before.data_ptr(), x.nbytes()) == 0,
+          at + ": rank " + std::to_string(rank) + "'s tensor changed: " + said);
+    if (what != kRejected || !odd)
+      check(said.find("global rank " + std::to_string(odd_rank)) != std::string::npos,
+            at + ": rank " + std::to_string(rank) + " does not name the odd rank: " + said);
+    if (what != kRejected) {
+      const std::string calls = what == kKind ? "broadcast(" : "all_reduce(";
+      check(said.find(calls) != std::string::npos && said.find("disagree") != std::string::npos,
+            at + ": rank " + std::to_string(rank) + " does not name the calls: " + said);
+      // The same verdict on every member (after the name of its own call): the smallest and
+      // largest hash of it agree.
+      dist::Tensor h = dist::zeros(2, dist::kInt64);
+      const std::string verdict = said.substr(said.find("): ") + 3);
+      const auto hash = static_cast<std::int64_t>(std::hash<std::string>{}(verdict) >> 1);
+      h.data<std::int64_t>()[0] = hash;
+      h.data<std::int64_t>()[1] = -hash;
+      dist::all_reduce(h, dist::ReduceOp::MAX);
+      check(h.data<std::int64_t>()[0] == -h.data<std::int64_t>()[1],
+            at + ": the members raised different texts; rank " + std::to_string(rank) +
+                "'s: " + said);
+    }
+    dist::Tensor y = dist::full({3}, 1, dist::kFloat32);
+    dist::all_reduce(y);
+    check(y.data<float>()[0] == static_cast<float>(world),
+          at + ": all_reduce after it gave " + std::to_string(y.data<float>()[0]));
+  }
+}
+
 // Every MPI_Isend of the process (shmdist's own included: libshmdist is static and resolves
 // MPI_Isend to this definition) is counted, then handed to the MPI library.
 int isends = 0;
+
+// Hosts a,a,b,b: the MPI messages (between hosts) of 10 all_reduce calls of 5 floats (the
+// leaders' schedule: one message between the two leaders each way, agreement included) and
+// of 10 of 20,001 floats (the flat schedule, 16 data messages between hosts and the
+// agreement's 2), summed over the ranks; rank 0 prints "ISENDS SMALL LARGE".
+void count_collectives() {
+  check(world == 4, "count_collectives: needs 4 ranks");
+  dist::Tensor small = dist::full({5}, 1, dist::kFloat32);
+  dist::Tensor large = dist::full({20001}, 1, dist::kFloat32);
+  dist::all_reduce(small);
+  dist::all_reduce(large);
+  dist::Tensor counts = dist::zeros(2, dist::kInt64);
+  int at = isends;
+  for (int i = 0; i < 10; ++i) dist::all_reduce(small);
+  counts.data<std::int64_t>()[0] = isends - at;
+  at = isends;
+  for (int i = 0; i < 10; ++i) dist::all_reduce(large);
+  counts.data<std::int64_t>()[1] = isends - at;
+  dist::all_reduce(counts);
+  if (rank == 0)
+    std::cout << "ISENDS " << counts.data<std::int64_t>()[0] << " "
+              << counts.data<std::int64_t>()[1] << std::endl;
+}
 
 // Rank 0 sends messages of several sizes to rank 1 (on the other host), one at a time, and
 // counts the MPI messages each became; rank 1 checks every byte.
@@ -518,6 +611,11 @@ int main(int argc, char** argv) {
       dist::destroy_process_group();
       return 0;
     }
+    if (mode == "count_collectives") {
+      count_collectives();
+      dist::destroy_process_group();
+      return 0;
+    }
     if (mode == "count") {
       count_messages();
       dist::destroy_process_group();
@@ -527,7 +625,7 @@ int main(int argc, char** argv) {
     const std::pair<const char*, void (*)()> checks[] = {
         {"ordering", ordering}, {"any_source", any_source}, {"large", large},
         {"nonblocking", nonblocking}, {"groups", groups}, {"collectives", collectives},
-        {"reduce_order", reduce_order}};
+        {"reduce_order", reduce_order}, {"folded_agreement", folded_agreement}};
     for (const auto& [name, run] : checks) {
       if (trace) std::cerr << "rank " << rank << ": " << name << std::endl;
       run();

@@ -99,6 +99,16 @@ BOOST_AUTO_TEST_CASE(a_message_up_to_32_kib_crosses_as_one_mpi_message) {
   BOOST_TEST(r.out == "0 1\n1 1\n8 1\n4096 1\n32768 1\n32776 2\n1048576 2\n");
 }
 
+// Issue 30: a small all_reduce on hosts a,a,b,b crosses between hosts once per call, the
+// agreement riding in the leaders' messages: 2 MPI messages a call (it was 10: every
+// member's fingerprint to both members of the other host, then the leaders' round). The flat
+// schedule's agreement takes the host tree too: 16 data messages and 2 (it was 8) a call.
+BOOST_AUTO_TEST_CASE(a_small_all_reduce_across_hosts_is_one_message_per_leader_pair) {
+  const auto r = across_hosts("a,a,b,b", {SHMDIST_TEST_HOSTS_CHECK, "count_collectives"});
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out == "ISENDS 20 180\n");
+}
+
 // A small message to or from another host allocates nothing once the job is warm: send slots
 // (with their packing buffers) are reused and each remote peer's receive buffer is posted
 // once and reposted. Counted with operator new on both ranks over 1,000 round trips.
