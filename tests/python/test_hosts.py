@@ -519,3 +519,25 @@ def test_an_any_source_recv_behind_a_named_one_gets_another_senders_message():
     ranks = _ranks(reports)
     text = _show(reports)
     assert "RECEIVED rank=0" in ranks[0]["out"], text
+
+
+def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
+    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
+    the group's send thread, waits for neither and exits without destroy_process_group while
+    its peers come 3 s later: its threads must finish them and end before the interpreter
+    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
+    2's recv failed; a thread returning from its wait while Python finalized aborted the
+    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert "terminate called" not in res["err"], text
+    assert "LEFT rank=0" in ranks[0]["out"], text
+    for r in (1, 2, 3):
+        assert f"EXITED rank={r} ok" in ranks[r]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

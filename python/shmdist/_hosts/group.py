@@ -68,6 +68,25 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def getBackendName(self):
         return "shm"
 
+    # How long stop() waits for a receive the mailbox left posted across hosts (an any-source
+    # receive the other transport served): it returns once a message comes or the sender's
+    # host leaves, which at the job's end is soon; else it stays (docs/hosts.md, its limits).
+    LEFT_RECEIVE = 5.0
+
+    def shutdown(self):
+        """torch 2's destroy_process_group calls it, and so does the exit (create.py's atexit):
+        the group's threads end before Python finalizes (in_order._InOrder.stop says why)."""
+        self.stop_threads()
+
+    def stop_threads(self):
+        limit = self.timeout.total_seconds() if self.timeout is not None else 1800.0
+        self._order.stop(limit)
+        self._payloads.stop(limit)
+        for box in list(self._mailboxes.values()):
+            for posted in list(box.posted.values()):
+                if posted is not None and posted.thread is not None:
+                    posted.thread.join(self.LEFT_RECEIVE)
+
     def _named_globally(self, text):
         """A text of this host's "shm" part, which numbers its ranks from 0 (a collective whose
         members disagree names "group rank 1 (global rank 1)" and "src=1" for global rank 3),

@@ -394,6 +394,29 @@ if mode == "any_source_behind_named":
     time.sleep(3)
     os._exit(0)
 
+if mode == "exit_pending":
+    # Item 30 (teardown): rank 0 posts an all_reduce (asyncOp) and an isend of a payload to
+    # rank 2 (a header, then the payload from the group's send thread), waits for neither
+    # and leaves without destroy_process_group; the others call theirs 3 s later, so rank
+    # 0's threads are still in their gloo and "shm" waits when its interpreter exits. Every
+    # rank prints what it got; all must exit 0 with the right numbers.
+    dist.barrier()
+    t = torch.full((1000,), float(rank))
+    if rank == 0:
+        # The Works are kept (not waited for): gloo drops a send whose Work is gone.
+        pending = [dist.all_reduce(t, async_op=True), dist.isend(torch.arange(64.0), 2)]
+        say(f"LEFT rank={rank}")
+        sys.exit(0)
+    time.sleep(3)
+    dist.all_reduce(t)
+    ok = torch.equal(t, torch.full((1000,), 6.0))
+    if rank == 2:
+        u = torch.zeros(64)
+        dist.recv(u, 0)
+        ok = ok and torch.equal(u, torch.arange(64.0))
+    say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
+    sys.exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
