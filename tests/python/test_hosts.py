@@ -541,3 +541,61 @@ def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them()
         assert f"EXITED rank={r} ok" in ranks[r]["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,bad", [("all_gather_into_tensor", 3),
+                                      ("all_gather_into_tensor", 0),
+                                      ("reduce_scatter_tensor_small", 1),
+                                      ("reduce_scatter_tensor_small", 2),
+                                      ("reduce_scatter_tensor", 3)])
+def test_a_rank_that_refuses_its_own_arguments_makes_every_member_raise(case, bad):
+    """Issue 30: global rank `bad` (a leader or not) calls a collective with an output of the
+    wrong size, the others correctly: it raises its own InvalidArgument, and every other rank,
+    on both hosts, raises InvalidArgument naming it ("rejected its arguments") at once, as on
+    one host; a correct all_reduce after it works. Before, the others waited to the timeout
+    (600 s here; the test is bounded far below)."""
+    reports = run_hosts([[0, 1], [2, 3]], "own_rejection", args=[case, str(bad)], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        if r == bad:
+            assert "takes an" in caught[0], text
+        else:
+            assert "rejected its arguments" in caught[0], text
+            assert f"(global rank {bad})" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,mixed", [("inside_host_b_reduce", (2, 3)),
+                                        ("inside_host_a_reduce_scatter", (0, 1))])
+def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mixed):
+    """Issue 30: inside one host, one rank calls reduce (or reduce_scatter_tensor) where the
+    others call all_reduce of the same element count, small. Every rank of both hosts raises
+    InvalidArgument naming the two ranks of that host; a correct all_reduce after it works.
+    Before, the host's "shm" part saw the same reduce on each rank: the ranks returned
+    (host B's rank 3 with the sum, as if it were dst) and nothing was raised."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        for g in mixed:
+            assert f"(global rank {g})" in caught[0], text
+        assert "all_gather(torch.uint8" not in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -3,6 +3,7 @@ could differ (_Agreement): one fixed-size frame per leader, gathered among the l
 verdict broadcast inside each host. docs/hosts.md, "A mismatch across hosts".
 """
 
+import contextlib
 import weakref
 
 import torch
@@ -153,6 +154,43 @@ class _Agreement:
                 self.abandoned = self._post(
                     "!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
             raise
+
+    @contextlib.contextmanager
+    def arguments(self, what):
+        """Around a collective's checks of this rank's own arguments: when they raise
+        InvalidArgument, this rank still takes part in the agreement, rejecting the call
+        (reject), so that every member raises at once naming it, then raises its own error."""
+        try:
+            yield
+        except _C.InvalidArgument as e:
+            self.reject(what, e)
+            raise
+
+    def reject(self, what, error=None):
+        """This rank refused its own arguments of the collective `what` (`error`, when the
+        caller has it already): as the
+        one-host backend does (a member rejects the call in its fingerprint), the members
+        meet the rejection where they meet this call. On this host, in the first step every
+        member's call makes over the host's "shm" part (its reduce, barrier, or the gathering
+        of call texts; each runs in in_host): this rank's "shm" call there rejects its
+        arguments, so its host mates raise "group rank N (global rank G) rejected its
+        arguments", and their leader sends that to the other leaders. A leader that rejects
+        sends its own text to the other leaders itself (posted, not waited for, as in_host)."""
+        g = self.g
+        g._order.drain()  # the calls posted before this one meet their peers first
+        me = g.rank()
+        text = (what + ": group rank " + str(me) + " (global rank " + str(g.global_ranks[me]) +
+                ") rejected its arguments (its own InvalidArgument says why), so no member "
+                "took part; fix the call there" +
+                ("" if error is None else " [" + (str(error).splitlines() or [""])[0] + "]"))
+        if len(g.hosts[g._host]) > 1:
+            try:
+                g.local.allreduce([]).wait()  # a call with no tensor: "shm" rejects it
+            except _C.InvalidArgument:
+                pass
+        if g.leaders is not None:
+            self.abandoned = self._post("!" + text.encode()[:self.TEXT - 1].decode(
+                errors="ignore"))[0]
 
     def release(self, error, tensor=None):
         """Every rank of this host: the leader's verdict (`error`, None when the hosts agree)

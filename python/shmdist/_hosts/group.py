@@ -108,7 +108,16 @@ class ProcessGroupHosts(dist.ProcessGroup):
             return text
         text = re.sub(r"group rank (\d+) \(global rank (\d+)\)", member, text)
         text = re.sub(r"\b(root|src|dst)=(\d+)", root, text)
-        return text.replace("on the world group)", "on this host's \"shm\" part of the group)")
+        text = text.replace("on the world group)", "on this host's \"shm\" part of the group)")
+        # The steps inside a host that the "shm" part compares are not the user's calls:
+        # said as what they stand for.
+        text = text.replace("all_gather(torch.uint8, " + str(_Agreement.TEXT) + " elements)",
+                            "a collective whose call texts a host compares first (reduce, "
+                            "reduce_scatter, all_gather, gather, scatter, all_to_all, or one "
+                            "of more than " + str(_Agreement.SMALL) + " bytes)")
+        return re.sub(r"called reduce\(op=(\w+), (?:(?:root|dst)=\d+, )?([\w.]+), (\d+) elements\)",
+                      r"called all_reduce(op=\1, \2, \3 elements) (a reduce to the host's "
+                      r"leader)", text)
 
     # torch 2's ProcessGroup keeps its name in its backends, and this group has none (it is
     # the backend): DeviceMesh, DTensor and the functional collectives find groups by name.
@@ -304,7 +313,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
         avg = _kind(op) == _AVG
         if avg:
             op = dist.ReduceOp.SUM
-        if self._agree.small(tensor):
+        # Only all_reduce takes the small path: inside a host it is a "shm" reduce, which
+        # reduce and reduce_scatter of the same count would match unseen; they check their
+        # call texts first (check_all), so a host that mixes them raises everywhere.
+        if self._agree.small(tensor) and call.startswith("all_reduce"):
             return self._allreduce_small(tensor, op, avg, call)
         self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
@@ -316,9 +328,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):
-        tensor = self._one(tensors, "all_reduce")
-        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
-                            [tensor])
+        with self._agree.arguments("all_reduce"):
+            tensor = self._one(tensors, "all_reduce")
+            op = self._check_op(opts if opts is not None else dist.AllreduceOptions(),
+                                "all_reduce", [tensor])
         call = self._agree.call("all_reduce", tensor, op)
         return self._in_order("all_reduce", opts, lambda: self._allreduce_one(tensor, op, call),
                               [tensor])
@@ -336,8 +349,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("reduce")
     def reduce(self, tensors, opts=None):
-        tensor = self._one(tensors, "reduce")
-        op = self._check_op(opts, "reduce", [tensor])
+        with self._agree.arguments("reduce"):
+            tensor = self._one(tensors, "reduce")
+            op = self._check_op(opts, "reduce", [tensor])
 
         def body():
             result = tensor.clone()
@@ -350,9 +364,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
     @_watched("broadcast")
     def broadcast(self, tensors, opts=None):
         src = opts.rootRank if opts is not None else 0
-        self._local_peer(src)
-        src_host = self._host_of[src]
-        call = self._agree.call("broadcast", self._one(tensors, "broadcast"), root=("src", src))
+        with self._agree.arguments("broadcast"):
+            self._local_peer(src)
+            src_host = self._host_of[src]
+            call = self._agree.call("broadcast", self._one(tensors, "broadcast"),
+                                    root=("src", src))
 
         def body():
             if self._agree.small(tensors[0]):
@@ -402,10 +418,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         outputs = list(output.chunk(self.size()))
         if not outputs or any(o.shape != input.shape for o in outputs):
+            self._agree.reject("all_gather_into_tensor")
             raise _C.InvalidArgument("shm backend: all_gather_into_tensor takes an output of "
                                      "world size x the input's size, got " +
                                      str(tuple(output.shape)) + " for an input of " +
-                                     str(tuple(input.shape)))
+                                     str(tuple(input.shape)) + " (global rank " +
+                                     str(self.global_ranks[self.rank()]) + ")")
         self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("all_gather_into_tensor", input))
         staging = [torch.empty_like(input) for _ in range(self.size())]
@@ -464,6 +482,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self.size()
         if len(output_tensors) != n or len(input_tensors) != n:
+            self._agree.reject("all_to_all")
             raise _C.InvalidArgument(
                 "shm backend: all_to_all takes " + str(n) + " output and " + str(n) + " input "
                 "tensors (one per rank), got " + str(len(output_tensors)) + " and " +
@@ -504,10 +523,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("reduce_scatter")
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        output = self._one(output_tensors, "reduce_scatter")
-        inputs = self._one(input_tensors, "reduce_scatter")
+        with self._agree.arguments("reduce_scatter"):
+            output = self._one(output_tensors, "reduce_scatter")
+            inputs = self._one(input_tensors, "reduce_scatter")
         if len(inputs) != self.size() or any(t.shape != output.shape or t.dtype != output.dtype
                                                for t in inputs):
+            self._agree.reject("reduce_scatter")
             raise _C.InvalidArgument(
                 "shm backend: reduce_scatter takes " + str(self.size()) + " inputs of the "
                 "output's shape " + str(tuple(output.shape)) + " and dtype " +
@@ -527,6 +548,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _reduce_scatter_tensor_body(self, output, input, opts):
         """reduce_scatter_tensor's arguments checked; returns its communication."""
         if (input.numel() != output.numel() * self.size() or input.dtype != output.dtype):
+            self._agree.reject("reduce_scatter_tensor")
             raise _C.InvalidArgument(
                 "shm backend: reduce_scatter_tensor takes an input of world size (" +
                 str(self.size()) + ") x the output's elements, of its dtype; got " +

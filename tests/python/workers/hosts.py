@@ -223,6 +223,16 @@ if mode == "cross_mismatch":
                 return dist.all_gather([torch.zeros(small) for _ in range(world)],
                                        torch.zeros(small))
             return dist.all_reduce(torch.zeros(small))
+        if case == "inside_host_b_reduce":
+            # Host B's rank 3 calls reduce (dst 0), the others all_reduce of the same count.
+            t = torch.zeros(small)
+            return dist.reduce(t, 0) if rank == 3 else dist.all_reduce(t)
+        if case == "inside_host_a_reduce_scatter":
+            # Host A's rank 1 calls reduce_scatter_tensor of 8 elements in all, the others
+            # all_reduce of 8.
+            if rank == 1:
+                return dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(8))
+            return dist.all_reduce(torch.zeros(8))
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
@@ -393,6 +403,30 @@ if mode == "any_source_behind_named":
         dist.send(torch.full((2,), 3.0), 0, tag=7)
     time.sleep(3)
     os._exit(0)
+
+if mode == "own_rejection":
+    # Issue 30: global rank argv[3] refuses its own arguments of the collective argv[2] (an
+    # output of the wrong size), the others call it correctly: every rank prints what it
+    # caught, then all call a correct all_reduce (the refused call moved nothing).
+    case, bad = sys.argv[2], int(sys.argv[3])
+    n = 4 if case.endswith("small") else 300_000
+    extra = 1 if rank == bad else 0
+    dist.barrier()
+    try:
+        if case.startswith("all_gather_into_tensor"):
+            dist.all_gather_into_tensor(torch.zeros(n * world + extra), torch.zeros(n))
+        elif case.startswith("reduce_scatter_tensor"):
+            dist.reduce_scatter_tensor(torch.zeros(n), torch.zeros(n * world + extra))
+        else:
+            raise SystemExit(f"unknown case {case}")
+        say(f"FAIL own_rejection rank={rank}: the call returned")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    dist.destroy_process_group()
+    sys.exit(0)
 
 if mode == "exit_pending":
     # Item 30 (teardown): rank 0 posts an all_reduce (asyncOp) and an isend of a payload to
