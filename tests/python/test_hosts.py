@@ -599,3 +599,50 @@ def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mi
         assert f"AFTER rank={r} ok" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_ddp_with_the_powersgd_hook_across_hosts():
+    """DDP with torch's PowerSGD comm hook (compressing from the third of five steps): the
+    hook's future callbacks post another all_reduce and wait for it, inside the completion of
+    a posted one (the group completes futures on a thread of their own). The job ends within
+    the bound and the parameters are bitwise equal on every rank."""
+    reports = run_hosts([[0, 1], [2, 3]], "powersgd", script="hosts_models.py", timeout=200)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"PASS ddp_powersgd rank={r}" in res["out"], text
+        assert f"DONE rank={r}" in res["out"], text
+    digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+               if line.startswith("DIGEST ")}
+    assert len(digests) == 1, text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,mixed", [("broadcast_src_inside_host_b", (2, 3)),
+                                        ("broadcast_src_inside_host_a", (0, 1))])
+def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(case, mixed):
+    """Issue 30.2 c: in a small broadcast from global rank 0, one rank of a host names source
+    2 (rank 3: on its own host B, whose leader thinks the source is on host A; rank 1: on
+    host B, while its host A has the source). Every rank of both hosts raises InvalidArgument
+    naming the two ranks that disagree; a correct all_reduce after it works. Before, the host
+    without the odd rank completed (host A returned with rank 0's data, host B raised)."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        for g in mixed:
+            assert f"(global rank {g})" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

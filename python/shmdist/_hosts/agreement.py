@@ -229,6 +229,21 @@ class _Agreement:
         """The check of an operation that goes over gloo among all ranks: the host's calls
         gathered to its leader over "shm" (a frame of fixed size each) and compared there,
         then as check()."""
+        error = self.host_calls(call)
+        if self.g.leaders is not None:
+            theirs = self.exchange(self.failed(call, error))[0]
+            error = error or theirs
+        self.release(error)
+
+    def failed(self, call, error):
+        """The text a leader sends the other leaders: its call, or "!" and its host's error."""
+        return call if error is None else "!" + error.encode()[:self.TEXT - 1].decode(
+            errors="ignore")
+
+    def host_calls(self, call):
+        """The host's calls gathered to its leader over "shm" (a frame of fixed size each) and
+        compared there: on the leader, the disagreement's text, else None (None on the
+        others)."""
         g = self.g
         host = g.hosts[g._host]
         text = self._encode(call, self.TEXT)
@@ -250,11 +265,7 @@ class _Agreement:
                          "member must call the same collectives in the same order, with the "
                          "same op, dtype, element counts and root; this call did nothing on "
                          "any member")
-        if g.leaders is not None:
-            theirs = self.exchange(call if error is None else
-                                   "!" + error.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
-            error = error or theirs
-        self.release(error)
+        return error
 
     def check_splits(self, what, sends, recvs):
         """all_to_all's pieces, after check_all agreed on the call: every rank's elements to

@@ -388,13 +388,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
         """broadcast of at most _Agreement.SMALL bytes: the data travels with the check in the
         leaders' frames; on disagreement the ranks of src's host get their input back."""
         keep = tensor.clone() if self._host == src_host and self.rank() != src else None
+        error = None
         if self._host == src_host:
             self._agree.in_host(lambda: self.local.broadcast(
                 [tensor], _broadcast_opts(self._local_rank[src])).wait())
-        error = None
+        elif len(self.hosts[self._host]) > 1:
+            # A host without the source compares its members' calls before its leader's
+            # frame goes: a member that thinks the source is on this host (its "shm"
+            # broadcast meets the others' texts) or names another root is found here, so
+            # every host raises (issue 30.2 c), not this host alone after the others agreed.
+            error = self._agree.host_calls(call)
         if self.leaders is not None:
-            error, frames = self._agree.exchange(call, tensor if self._host == src_host
-                                                 else None)
+            theirs, frames = self._agree.exchange(self._agree.failed(call, error),
+                                                  tensor if self._host == src_host else None)
+            error = error or theirs
             if error is None and self._host != src_host:
                 tensor.copy_(self._agree.payload(frames[src_host], tensor))
         try:

@@ -233,6 +233,11 @@ if mode == "cross_mismatch":
             if rank == 1:
                 return dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(8))
             return dist.all_reduce(torch.zeros(8))
+        if case in ("broadcast_src_inside_host_b", "broadcast_src_inside_host_a"):
+            # Small broadcast: one rank of a host names another source, on its own host
+            # (rank 3: src 2) or on another (rank 1: src 2), the others src 0.
+            odd = 3 if case.endswith("host_b") else 1
+            return dist.broadcast(torch.zeros(small), 2 if rank == odd else 0)
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
