@@ -168,14 +168,14 @@ class _Agreement:
 
     def reject(self, what, error=None):
         """This rank refused its own arguments of the collective `what` (`error`, when the
-        caller has it already): as the
-        one-host backend does (a member rejects the call in its fingerprint), the members
-        meet the rejection where they meet this call. On this host, in the first step every
-        member's call makes over the host's "shm" part (its reduce, barrier, or the gathering
-        of call texts; each runs in in_host): this rank's "shm" call there rejects its
-        arguments, so its host mates raise "group rank N (global rank G) rejected its
-        arguments", and their leader sends that to the other leaders. A leader that rejects
-        sends its own text to the other leaders itself (posted, not waited for, as in_host)."""
+        caller has it already). As the one-host backend does (a member rejects the call in its
+        fingerprint), the members meet the rejection where they meet this call. On this host,
+        in the first step every member's call makes over the host's "shm" part (its reduce,
+        barrier, or the gathering of call texts; each runs in in_host): this rank's "shm" call
+        there rejects its arguments, so its host mates raise "group rank N (global rank G)
+        rejected its arguments", and their leader sends that to the other leaders. A leader
+        that rejects sends its own text to the other leaders itself (posted, not waited for,
+        as in_host)."""
         g = self.g
         g._order.drain()  # the calls posted before this one meet their peers first
         me = g.rank()

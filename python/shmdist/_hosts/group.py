@@ -115,7 +115,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
                             "a collective whose call texts a host compares first (reduce, "
                             "reduce_scatter, all_gather, gather, scatter, all_to_all, or one "
                             "of more than " + str(_Agreement.SMALL) + " bytes)")
-        return re.sub(r"called reduce\(op=(\w+), (?:(?:root|dst)=\d+, )?([\w.]+), (\d+) elements\)",
+        return re.sub(r"called reduce\(op=(\w+), (?:(?:root|dst)=\d+, )?([\w.]+), "
+                      r"(\d+) elements\)",
                       r"called all_reduce(op=\1, \2, \3 elements) (a reduce to the host's "
                       r"leader)", text)
 
