@@ -527,3 +527,130 @@ def test_an_any_source_recv_behind_a_named_one_gets_another_senders_message():
     ranks = _ranks(reports)
     text = _show(reports)
     assert "RECEIVED rank=0" in ranks[0]["out"], text
+
+
+def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
+    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
+    the group's send thread, waits for neither and exits without destroy_process_group while
+    its peers come 3 s later: its threads must finish them and end before the interpreter
+    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
+    2's recv failed; a thread returning from its wait while Python finalized aborted the
+    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert "terminate called" not in res["err"], text
+    assert "LEFT rank=0" in ranks[0]["out"], text
+    for r in (1, 2, 3):
+        assert f"EXITED rank={r} ok" in ranks[r]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,bad", [("all_gather_into_tensor", 3),
+                                      ("all_gather_into_tensor", 0),
+                                      ("reduce_scatter_tensor_small", 1),
+                                      ("reduce_scatter_tensor_small", 2),
+                                      ("reduce_scatter_tensor", 3)])
+def test_a_rank_that_refuses_its_own_arguments_makes_every_member_raise(case, bad):
+    """Issue 30: global rank `bad` (a leader or not) calls a collective with an output of the
+    wrong size, the others correctly: it raises its own InvalidArgument, and every other rank,
+    on both hosts, raises InvalidArgument naming it ("rejected its arguments") at once, as on
+    one host; a correct all_reduce after it works. Before, the others waited to the timeout
+    (600 s here; the test is bounded far below)."""
+    reports = run_hosts([[0, 1], [2, 3]], "own_rejection", args=[case, str(bad)], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        if r == bad:
+            assert "takes an" in caught[0], text
+        else:
+            assert "rejected its arguments" in caught[0], text
+            assert f"(global rank {bad})" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,mixed", [("inside_host_b_reduce", (2, 3)),
+                                        ("inside_host_a_reduce_scatter", (0, 1))])
+def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mixed):
+    """Issue 30: inside one host, one rank calls reduce (or reduce_scatter_tensor) where the
+    others call all_reduce of the same element count, small. Every rank of both hosts raises
+    InvalidArgument naming the two ranks of that host; a correct all_reduce after it works.
+    Before, the host's "shm" part saw the same reduce on each rank: the ranks returned
+    (host B's rank 3 with the sum, as if it were dst) and nothing was raised."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        for g in mixed:
+            assert f"(global rank {g})" in caught[0], text
+        assert "all_gather(torch.uint8" not in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_ddp_with_the_powersgd_hook_across_hosts():
+    """DDP with torch's PowerSGD comm hook (compressing from the third of five steps): the
+    hook's future callbacks post another all_reduce and wait for it, inside the completion of
+    a posted one (the group completes futures on a thread of their own). The job ends within
+    the bound and the parameters are bitwise equal on every rank."""
+    reports = run_hosts([[0, 1], [2, 3]], "powersgd", script="hosts_models.py", timeout=200)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        assert f"PASS ddp_powersgd rank={r}" in res["out"], text
+        assert f"DONE rank={r}" in res["out"], text
+    digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+               if line.startswith("DIGEST ")}
+    assert len(digests) == 1, text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+@pytest.mark.parametrize("case,mixed", [("broadcast_src_inside_host_b", (2, 3)),
+                                        ("broadcast_src_inside_host_a", (0, 1))])
+def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(case, mixed):
+    """Issue 30.2 c: in a small broadcast from global rank 0, one rank of a host names source
+    2 (rank 3: on its own host B, whose leader thinks the source is on host A; rank 1: on
+    host B, while its host A has the source). Every rank of both hosts raises InvalidArgument
+    naming the two ranks that disagree; a correct all_reduce after it works. Before, the host
+    without the odd rank completed (host A returned with rank 0's data, host B raised)."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0], text
+        for g in mixed:
+            assert f"(global rank {g})" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]

@@ -3,6 +3,7 @@ could differ (_Agreement): one fixed-size frame per leader, gathered among the l
 verdict broadcast inside each host. docs/hosts.md, "A mismatch across hosts".
 """
 
+import contextlib
 import weakref
 
 import numpy
@@ -206,6 +207,43 @@ class _Agreement:
                     "!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
             raise
 
+    @contextlib.contextmanager
+    def arguments(self, what):
+        """Around a collective's checks of this rank's own arguments: when they raise
+        InvalidArgument, this rank still takes part in the agreement, rejecting the call
+        (reject), so that every member raises at once naming it, then raises its own error."""
+        try:
+            yield
+        except _C.InvalidArgument as e:
+            self.reject(what, e)
+            raise
+
+    def reject(self, what, error=None):
+        """This rank refused its own arguments of the collective `what` (`error`, when the
+        caller has it already). As the one-host backend does (a member rejects the call in its
+        fingerprint), the members meet the rejection where they meet this call. On this host,
+        in the first step every member's call makes over the host's "shm" part (its reduce,
+        barrier, or the gathering of call texts; each runs in in_host): this rank's "shm" call
+        there rejects its arguments, so its host mates raise "group rank N (global rank G)
+        rejected its arguments", and their leader sends that to the other leaders. A leader
+        that rejects sends its own text to the other leaders itself (posted, not waited for,
+        as in_host)."""
+        g = self.g
+        g._order.drain()  # the calls posted before this one meet their peers first
+        me = g.rank()
+        text = (what + ": group rank " + str(me) + " (global rank " + str(g.global_ranks[me]) +
+                ") rejected its arguments (its own InvalidArgument says why), so no member "
+                "took part; fix the call there" +
+                ("" if error is None else " [" + (str(error).splitlines() or [""])[0] + "]"))
+        if len(g.hosts[g._host]) > 1:
+            try:
+                g.local.allreduce([]).wait()  # a call with no tensor: "shm" rejects it
+            except _C.InvalidArgument:
+                pass
+        if g.leaders is not None:
+            self.abandoned = self._post("!" + text.encode()[:self.TEXT - 1].decode(
+                errors="ignore"))[0]
+
     def release(self, error, tensor=None):
         """Every rank of this host: the leader's verdict (`error`, None when the hosts agree)
         broadcast inside the host, followed by `tensor`'s bytes (a small payload the leader
@@ -259,6 +297,21 @@ class _Agreement:
         """The check of an operation that goes over gloo among all ranks: the host's calls
         gathered to its leader over "shm" (a frame of fixed size each) and compared there,
         then as check()."""
+        error = self.host_calls(call)
+        if self.g.leaders is not None:
+            theirs = self.exchange(self.failed(call, error))[0]
+            error = error or theirs
+        self.release(error)
+
+    def failed(self, call, error):
+        """The text a leader sends the other leaders: its call, or "!" and its host's error."""
+        return call if error is None else "!" + error.encode()[:self.TEXT - 1].decode(
+            errors="ignore")
+
+    def host_calls(self, call):
+        """The host's calls gathered to its leader over "shm" (a frame of fixed size each) and
+        compared there: on the leader, the disagreement's text, else None (None on the
+        others)."""
         g = self.g
         host = g.hosts[g._host]
         text = self._encode(call, self.TEXT)
@@ -280,11 +333,7 @@ class _Agreement:
                          "member must call the same collectives in the same order, with the "
                          "same op, dtype, element counts and root; this call did nothing on "
                          "any member")
-        if g.leaders is not None:
-            theirs = self.exchange(call if error is None else
-                                   "!" + error.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
-            error = error or theirs
-        self.release(error)
+        return error
 
     def check_splits(self, what, sends, recvs):
         """all_to_all's pieces, after check_all agreed on the call: every rank's elements to

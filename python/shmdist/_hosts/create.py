@@ -15,6 +15,7 @@ from .probe import _KEY, _one_host_by_launcher, find_hosts
 
 
 _world = None  # a weak reference to the world's ProcessGroupHosts, while it lives
+_groups = weakref.WeakSet()  # every ProcessGroupHosts of this process, while it lives
 
 
 def _world_across_hosts():
@@ -39,6 +40,7 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
         return None
     group = _compose(store, prefix, rank, size, timeout, group_name, hosts,
                      ranks or list(range(size)), world_job=not ranks)
+    _track(group)
     if not ranks:
         _world = weakref.ref(group)
         group.deaths = _Deaths(store, prefix, group.global_ranks[rank])
@@ -114,4 +116,24 @@ def _sub_group(world, store, rank, size, timeout, group_name, ranks):
                      world_job=False, local_ranks=local_ranks)
     group.deaths = world.deaths
     group._host_job_globals = world._host_job_globals
+    _track(group)
     return group
+
+
+def _track(group):
+    """Has `group`'s threads stopped at exit, before the interpreter finalizes (the runner of
+    its posted collectives, the threads completing their futures, the payload sender, the
+    mailboxes' receive threads): in_order._InOrder.stop says why."""
+    global _stopping_at_exit
+    if not _stopping_at_exit:
+        atexit.register(_stop_groups)
+        _stopping_at_exit = True
+    _groups.add(group)
+
+
+_stopping_at_exit = False
+
+
+def _stop_groups():
+    for group in list(_groups):
+        group.stop_threads()

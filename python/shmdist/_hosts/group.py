@@ -76,6 +76,25 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def getBackendName(self):
         return "shm"
 
+    # How long stop() waits for a receive the mailbox left posted across hosts (an any-source
+    # receive the other transport served): it returns once a message comes or the sender's
+    # host leaves, which at the job's end is soon; else it stays (docs/hosts.md, its limits).
+    LEFT_RECEIVE = 5.0
+
+    def shutdown(self):
+        """torch 2's destroy_process_group calls it, and so does the exit (create.py's atexit):
+        the group's threads end before Python finalizes (in_order._InOrder.stop says why)."""
+        self.stop_threads()
+
+    def stop_threads(self):
+        limit = self.timeout.total_seconds() if self.timeout is not None else 1800.0
+        self._order.stop(limit)
+        self._payloads.stop(limit)
+        for box in list(self._mailboxes.values()):
+            for posted in list(box.posted.values()):
+                if posted is not None and posted.thread is not None:
+                    posted.thread.join(self.LEFT_RECEIVE)
+
     def _named_globally(self, text):
         """A text of this host's "shm" part, which numbers its ranks from 0 (a collective whose
         members disagree names "group rank 1 (global rank 1)" and "src=1" for global rank 3),
@@ -97,7 +116,17 @@ class ProcessGroupHosts(dist.ProcessGroup):
             return text
         text = re.sub(r"group rank (\d+) \(global rank (\d+)\)", member, text)
         text = re.sub(r"\b(root|src|dst)=(\d+)", root, text)
-        return text.replace("on the world group)", "on this host's \"shm\" part of the group)")
+        text = text.replace("on the world group)", "on this host's \"shm\" part of the group)")
+        # The steps inside a host that the "shm" part compares are not the user's calls:
+        # said as what they stand for.
+        text = text.replace("all_gather(torch.uint8, " + str(_Agreement.TEXT) + " elements)",
+                            "a collective whose call texts a host compares first (reduce, "
+                            "reduce_scatter, all_gather, gather, scatter, all_to_all, or one "
+                            "of more than " + str(_Agreement.SMALL) + " bytes)")
+        return re.sub(r"called reduce\(op=(\w+), (?:(?:root|dst)=\d+, )?([\w.]+), "
+                      r"(\d+) elements\)",
+                      r"called all_reduce(op=\1, \2, \3 elements) (a reduce to the host's "
+                      r"leader)", text)
 
     # torch 2's ProcessGroup keeps its name in its backends, and this group has none (it is
     # the backend): DeviceMesh, DTensor and the functional collectives find groups by name.
@@ -297,7 +326,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
         avg = _kind(op) == _AVG
         if avg:
             op = dist.ReduceOp.SUM
-        if self._agree.small(tensor):
+        # Only all_reduce takes the small path: inside a host it is a "shm" reduce, which
+        # reduce and reduce_scatter of the same count would match unseen; they check their
+        # call texts first (check_all), so a host that mixes them raises everywhere.
+        if self._agree.small(tensor) and call.startswith("all_reduce"):
             return self._allreduce_small(tensor, op, avg, call)
         self._agree.check_all(call)  # issue 30: before any message of the tensor's size
         if self.column is not None and tensor.numel() * tensor.element_size() >= self.SPLIT:
@@ -336,9 +368,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("all_reduce")
     def allreduce(self, tensors, opts=None):
-        tensor = self._one(tensors, "all_reduce")
-        op = self._check_op(opts if opts is not None else dist.AllreduceOptions(), "all_reduce",
-                            [tensor])
+        with self._agree.arguments("all_reduce"):
+            tensor = self._one(tensors, "all_reduce")
+            op = self._check_op(opts if opts is not None else dist.AllreduceOptions(),
+                                "all_reduce", [tensor])
         call = self._agree.call("all_reduce", tensor, op)
         return self._in_order("all_reduce", opts, lambda: self._allreduce_one(tensor, op, call),
                               [tensor])
@@ -356,8 +389,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("reduce")
     def reduce(self, tensors, opts=None):
-        tensor = self._one(tensors, "reduce")
-        op = self._check_op(opts, "reduce", [tensor])
+        with self._agree.arguments("reduce"):
+            tensor = self._one(tensors, "reduce")
+            op = self._check_op(opts, "reduce", [tensor])
 
         def body():
             result = tensor.clone()
@@ -370,9 +404,11 @@ class ProcessGroupHosts(dist.ProcessGroup):
     @_watched("broadcast")
     def broadcast(self, tensors, opts=None):
         src = opts.rootRank if opts is not None else 0
-        self._local_peer(src)
-        src_host = self._host_of[src]
-        call = self._agree.call("broadcast", self._one(tensors, "broadcast"), root=("src", src))
+        with self._agree.arguments("broadcast"):
+            self._local_peer(src)
+            src_host = self._host_of[src]
+            call = self._agree.call("broadcast", self._one(tensors, "broadcast"),
+                                    root=("src", src))
 
         def body():
             if self._agree.small(tensors[0]):
@@ -392,13 +428,20 @@ class ProcessGroupHosts(dist.ProcessGroup):
         """broadcast of at most _Agreement.SMALL bytes: the data travels with the check in the
         leaders' frames; on disagreement the ranks of src's host get their input back."""
         keep = tensor.clone() if self._host == src_host and self.rank() != src else None
+        error = None
         if self._host == src_host:
             self._agree.in_host(lambda: self.local.broadcast(
                 [tensor], _broadcast_opts(self._local_rank[src])).wait())
-        error = None
+        elif len(self.hosts[self._host]) > 1:
+            # A host without the source compares its members' calls before its leader's
+            # frame goes: a member that thinks the source is on this host (its "shm"
+            # broadcast meets the others' texts) or names another root is found here, so
+            # every host raises (issue 30.2 c), not this host alone after the others agreed.
+            error = self._agree.host_calls(call)
         if self.leaders is not None:
-            error, frames = self._agree.exchange(call, tensor if self._host == src_host
-                                                 else None)
+            theirs, frames = self._agree.exchange(self._agree.failed(call, error),
+                                                  tensor if self._host == src_host else None)
+            error = error or theirs
             if error is None and self._host != src_host:
                 tensor.copy_(self._agree.payload(frames[src_host], tensor))
         try:
@@ -422,10 +465,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         outputs = list(output.chunk(self.size()))
         if not outputs or any(o.shape != input.shape for o in outputs):
+            self._agree.reject("all_gather_into_tensor")
             raise _C.InvalidArgument("shm backend: all_gather_into_tensor takes an output of "
                                      "world size x the input's size, got " +
                                      str(tuple(output.shape)) + " for an input of " +
-                                     str(tuple(input.shape)))
+                                     str(tuple(input.shape)) + " (global rank " +
+                                     str(self.global_ranks[self.rank()]) + ")")
         self._order.drain()  # the check meets the hosts over the collectives' groups
         self._agree.check_all(self._agree.call("all_gather_into_tensor", input))
         staging = [torch.empty_like(input) for _ in range(self.size())]
@@ -484,6 +529,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self.size()
         if len(output_tensors) != n or len(input_tensors) != n:
+            self._agree.reject("all_to_all")
             raise _C.InvalidArgument(
                 "shm backend: all_to_all takes " + str(n) + " output and " + str(n) + " input "
                 "tensors (one per rank), got " + str(len(output_tensors)) + " and " +
@@ -524,10 +570,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("reduce_scatter")
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        output = self._one(output_tensors, "reduce_scatter")
-        inputs = self._one(input_tensors, "reduce_scatter")
+        with self._agree.arguments("reduce_scatter"):
+            output = self._one(output_tensors, "reduce_scatter")
+            inputs = self._one(input_tensors, "reduce_scatter")
         if len(inputs) != self.size() or any(t.shape != output.shape or t.dtype != output.dtype
                                                for t in inputs):
+            self._agree.reject("reduce_scatter")
             raise _C.InvalidArgument(
                 "shm backend: reduce_scatter takes " + str(self.size()) + " inputs of the "
                 "output's shape " + str(tuple(output.shape)) + " and dtype " +
@@ -547,6 +595,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
     def _reduce_scatter_tensor_body(self, output, input, opts):
         """reduce_scatter_tensor's arguments checked; returns its communication."""
         if (input.numel() != output.numel() * self.size() or input.dtype != output.dtype):
+            self._agree.reject("reduce_scatter_tensor")
             raise _C.InvalidArgument(
                 "shm backend: reduce_scatter_tensor takes an input of world size (" +
                 str(self.size()) + ") x the output's elements, of its dtype; got " +

@@ -51,6 +51,8 @@ class _InOrder:
         self.busy = False  # a thread (the group's or a waiter) is running calls
         self.thread = None  # the group's thread, while it runs
         self.name = name
+        self.stopping = False  # stop() asks the group's thread to end once nothing is queued
+        self.completing = set()  # the threads completing futures (_run_queued), while they run
 
     def idle(self):
         """Nothing posted is pending: a call may run at once on the caller's thread."""
@@ -82,7 +84,7 @@ class _InOrder:
                 deadline = time.monotonic() + self.IDLE
                 while not self.queue or self.busy:
                     left = deadline - time.monotonic()
-                    if not self.queue and left <= 0:
+                    if not self.queue and (left <= 0 or self.stopping):
                         self.thread = None  # under the lock: a later post starts another
                         return
                     self.cond.wait(left if left > 0 else self.IDLE)
@@ -112,8 +114,43 @@ class _InOrder:
                 # On a thread of its own: torch runs the future's callbacks inline, and a
                 # callback may post a collective and wait for it (DDP's PowerSGD hook), which
                 # needs this thread free to run it (review 6).
-                threading.Thread(target=_complete, args=(future, call), daemon=True,
-                                 name="shmdist-hosts-future").start()
+                thread = threading.Thread(target=self._complete, args=(future, call),
+                                          daemon=True, name="shmdist-hosts-future")
+                with self.cond:
+                    self.completing.add(thread)
+                thread.start()
+
+    def _complete(self, future, call):
+        try:
+            _complete(future, call)
+        finally:
+            with self.cond:
+                self.completing.discard(threading.current_thread())
+
+    def stop(self, limit):
+        """Has the group's thread run what is queued and end, and joins it and the threads
+        completing futures, within `limit` seconds in all (the group's timeout: a queued call
+        ends by then). At exit and on destroy_process_group: a daemon thread that returns from
+        a C++ call (a "shm" or gloo wait, a future's set_result), which released the GIL,
+        while Python finalizes is ended by pthread_exit inside that call, and the C++ runtime
+        aborts the process after the program ended well (issue 30: about 1 process in 6-10
+        under torch 2.13)."""
+        deadline = time.monotonic() + limit
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+            thread = self.thread
+        try:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0))
+            with self.cond:
+                completing = list(self.completing)
+            for t in completing:
+                if t is not threading.current_thread():  # a callback that destroys the group
+                    t.join(max(deadline - time.monotonic(), 0))
+        finally:
+            with self.cond:
+                self.stopping = False  # a later post starts the group's thread again
 
     def wait(self, call, timeout=None):
         """Until `call` has run (running it here if nobody has started it); raises its error,

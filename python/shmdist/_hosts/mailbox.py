@@ -91,10 +91,25 @@ class _Payloads:
                                            name="shmdist-hosts-send")
             self.thread.start()
 
+    def stop(self, limit):
+        """Waits (up to `limit` seconds) for the payloads in flight, which their receivers
+        take (or fail, leaving), and ends the thread (in_order._InOrder.stop says why). A send
+        whose Work completed has delivered its header: its payload goes before this rank exits,
+        as a gloo send would have."""
+        thread = self.thread
+        if thread is None:
+            return
+        self.queue.put(None)
+        thread.join(limit)
+        if not thread.is_alive():
+            self.thread = None
+
     @staticmethod
     def _drain(works):
         while True:
             work = works.get()
+            if work is None:
+                return  # stop(): every payload queued before it was waited for
             try:
                 work.wait(_Posted._FOREVER)
             except Exception:  # noqa: BLE001,S110 - the receiving side reports the failure

@@ -226,6 +226,21 @@ if mode == "cross_mismatch":
                 return dist.all_gather([torch.zeros(small) for _ in range(world)],
                                        torch.zeros(small))
             return dist.all_reduce(torch.zeros(small))
+        if case == "inside_host_b_reduce":
+            # Host B's rank 3 calls reduce (dst 0), the others all_reduce of the same count.
+            t = torch.zeros(small)
+            return dist.reduce(t, 0) if rank == 3 else dist.all_reduce(t)
+        if case == "inside_host_a_reduce_scatter":
+            # Host A's rank 1 calls reduce_scatter_tensor of 8 elements in all, the others
+            # all_reduce of 8.
+            if rank == 1:
+                return dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(8))
+            return dist.all_reduce(torch.zeros(8))
+        if case in ("broadcast_src_inside_host_b", "broadcast_src_inside_host_a"):
+            # Small broadcast: one rank of a host names another source, on its own host
+            # (rank 3: src 2) or on another (rank 1: src 2), the others src 0.
+            odd = 3 if case.endswith("host_b") else 1
+            return dist.broadcast(torch.zeros(small), 2 if rank == odd else 0)
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
     try:
@@ -396,6 +411,53 @@ if mode == "any_source_behind_named":
         dist.send(torch.full((2,), 3.0), 0, tag=7)
     time.sleep(3)
     os._exit(0)
+
+if mode == "own_rejection":
+    # Issue 30: global rank argv[3] refuses its own arguments of the collective argv[2] (an
+    # output of the wrong size), the others call it correctly: every rank prints what it
+    # caught, then all call a correct all_reduce (the refused call moved nothing).
+    case, bad = sys.argv[2], int(sys.argv[3])
+    n = 4 if case.endswith("small") else 300_000
+    extra = 1 if rank == bad else 0
+    dist.barrier()
+    try:
+        if case.startswith("all_gather_into_tensor"):
+            dist.all_gather_into_tensor(torch.zeros(n * world + extra), torch.zeros(n))
+        elif case.startswith("reduce_scatter_tensor"):
+            dist.reduce_scatter_tensor(torch.zeros(n), torch.zeros(n * world + extra))
+        else:
+            raise SystemExit(f"unknown case {case}")
+        say(f"FAIL own_rejection rank={rank}: the call returned")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    dist.destroy_process_group()
+    sys.exit(0)
+
+if mode == "exit_pending":
+    # Item 30 (teardown): rank 0 posts an all_reduce (asyncOp) and an isend of a payload to
+    # rank 2 (a header, then the payload from the group's send thread), waits for neither
+    # and leaves without destroy_process_group; the others call theirs 3 s later, so rank
+    # 0's threads are still in their gloo and "shm" waits when its interpreter exits. Every
+    # rank prints what it got; all must exit 0 with the right numbers.
+    dist.barrier()
+    t = torch.full((1000,), float(rank))
+    if rank == 0:
+        # The Works are kept (not waited for): gloo drops a send whose Work is gone.
+        pending = [dist.all_reduce(t, async_op=True), dist.isend(torch.arange(64.0), 2)]
+        say(f"LEFT rank={rank}")
+        sys.exit(0)
+    time.sleep(3)
+    dist.all_reduce(t)
+    ok = torch.equal(t, torch.full((1000,), 6.0))
+    if rank == 2:
+        u = torch.zeros(64)
+        dist.recv(u, 0)
+        ok = ok and torch.equal(u, torch.arange(64.0))
+    say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
+    sys.exit(0)
 
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 

@@ -141,7 +141,37 @@ def dtensor_2d():
     expect_equal(got, (pair[0] + pair[1]).chunk(2)[rank // 2], "Partial to Shard over 'host'")
 
 
-run_checks([ddp, fsdp2, dtensor_2d])
+def ddp_powersgd():
+    """DDP with the PowerSGD comm hook (torch's powerSGD_hook, rank 1, compression from the
+    third step): its future callbacks post another all_reduce and wait for it, which the group
+    runs because futures complete on a thread of their own. Prints the parameters' digest
+    (compared across ranks by the test: bitwise equal on every rank)."""
+    import hashlib
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    net = model()
+    start = [p.detach().clone() for p in net.parameters()]
+    wrapped = nn.parallel.DistributedDataParallel(net)
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=2, min_compression_rate=0.5)
+    wrapped.register_comm_hook(state, powersgd.powerSGD_hook)
+    opt = torch.optim.SGD(wrapped.parameters(), lr=LR)
+    for step in range(5):
+        opt.zero_grad()
+        x, y = batch(rank, step)
+        nn.functional.mse_loss(wrapped(x), y).backward()
+        opt.step()
+    params = [p.detach() for p in net.parameters()]
+    expect(all(bool(torch.isfinite(p).all()) for p in params), "finite parameters")
+    expect(any(not torch.equal(p, q) for p, q in zip(params, start)), "parameters moved")
+    expect(state.iter > state.start_powerSGD_iter, f"PowerSGD ran (iter {state.iter})")
+    digest = hashlib.sha256(b"".join(p.contiguous().numpy().tobytes() for p in params))
+    say(f"DIGEST {rank} {digest.hexdigest()}")
+
+
+if len(sys.argv) > 1 and sys.argv[1] == "powersgd":
+    run_checks([ddp_powersgd])
+else:
+    run_checks([ddp, fsdp2, dtensor_2d])
 dist.barrier()
 dist.destroy_process_group()
 say(f"DONE rank={rank}")
