@@ -147,7 +147,10 @@ class Schedule final : public engine::BackgroundTask,
   // payload when it carries one.
   struct Tree {
     std::vector<std::vector<int>> hosts;  // HostSplit::hosts
-    int mine = 0;
+    // No default member initializers here: with one, clang finds std::optional<Tree> not
+    // default-constructible inside Schedule (emplace() fails to compile); emplace()
+    // value-initializes, and agree_on_tree sets every field it reads.
+    int mine;
     std::vector<Tensor> from_mates;    // the leader: step 0's messages, by place in its host
     Tensor across;                     // the leader: its host's wires [+ partial] (step 1)
     std::vector<Tensor> from_leaders;  // the leader: step 1's messages, by host
