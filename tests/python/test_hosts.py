@@ -425,6 +425,33 @@ def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+def test_calls_a_leader_left_in_a_row_do_not_shift_the_leaders_frames():
+    """Issue 30 (tiny30): the leaders swap their frames over their own connections, one frame
+    per collective each. Host B's leader leaves two calls in a row at once (its host's ranks
+    disagree inside it), without reading host A's frames of them; its next calls must drop
+    exactly those two and read each later call's frame: every rank raises twice (naming global
+    ranks 2 and 3), then a correct all_reduce, a 4 B all_reduce bitwise equal to the
+    documented order ((x0 + x1) + (x2 + x3)), a broadcast from host B, a barrier and an
+    all_reduce of 8 000 bytes all complete with the right values on every rank."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b_twice"],
+                        timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        caught = _caught(res)
+        assert len(caught) == 2, text
+        for c in caught:
+            assert c.startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+            assert "disagree" in c, text
+            assert "global rank 3" in c and "global rank 2" in c, text
+        assert f"AFTER rank={r} ok" in res["out"], text
+        assert f"AFTER2 rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_the_others():
     """Review 6: global rank 2 (host B's leader) calls all_gather, ranks 0, 1 and 3 all_reduce:
     host B's "shm" part finds it while rank 2 gathers its host's calls, and rank 2 must send

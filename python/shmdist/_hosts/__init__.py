@@ -6,6 +6,7 @@ docs/hosts.md says what works, in what order reductions go, and what is refused.
     create     the world group across hosts and its sub-groups
     group      ProcessGroupHosts: every operation, "shm" inside a host, gloo between
     agreement  a collective's members agree on it before gloo moves data
+    link       the leaders' connections, over which their agreement frames go
     in_order   asynchronous collectives run in posting order on the group's thread
     mailbox    point-to-point across hosts: headers, payloads, matching receives
     failures   a rank that died anywhere is named by every survivor

@@ -1,6 +1,7 @@
 """How the members of a collective across hosts agree on it before gloo moves data whose size
-could differ (_Agreement): one fixed-size frame per leader, gathered among the leaders, the
-verdict broadcast inside each host. docs/hosts.md, "A mismatch across hosts".
+could differ (_Agreement): one fixed-size frame per leader, sent to every other leader
+(link._FrameLink), the verdict broadcast inside each host. docs/hosts.md, "A mismatch across
+hosts".
 """
 
 import contextlib
@@ -10,6 +11,7 @@ import numpy
 import torch
 
 from .. import _C
+from .link import _FrameLink
 from .ops import _OP_NAMES, _broadcast_opts, _kind
 
 
@@ -41,16 +43,18 @@ class _Agreement:
     whose size could differ is sent (gloo waits out the timeout for a call that never comes,
     or aborts the process, SIGABRT, on a message of another size).
 
-    Every collective meets the other hosts at one place: a gloo all_gather among the leaders
-    (the lowest rank of each host) of one FRAME of fixed size: the leader's call described in
-    text ("all_reduce(op=SUM, torch.float32, 4 elements)"; "!<error>" when its host failed
-    inside), then up to SMALL bytes of payload. Equal sizes, so gloo never sees a size
-    mismatch whatever the hosts called; the leaders compare the texts and all reach the same
-    verdict. Then each leader broadcasts the verdict inside its host over "shm" (a HEADER of
-    the error text, empty when they agree), and every rank raises InvalidArgument on
-    disagreement. Inside a host, the host's "shm" part finds disagreement itself (it checks
-    its members' calls before it moves data), or, for the operations that go over gloo among
-    all ranks, the leader compares its members' call texts (gathered over "shm").
+    Every collective meets the other hosts at one place: the leaders (the lowest rank of each
+    host) swap one FRAME of fixed size each, over their own connections (link._FrameLink; a
+    gloo all_gather among the leaders until issue 30's tiny30, which cost a 4 B all_reduce most
+    of its time): the leader's call described in text ("all_reduce(op=SUM, torch.float32, 4
+    elements)"; "!<error>" when its host failed inside), then up to SMALL bytes of payload.
+    Equal sizes, so a frame is always read whole whatever the hosts called; the leaders
+    compare the texts and all reach the same verdict. Then each leader broadcasts the verdict
+    inside its host over "shm" (a HEADER of the error text, empty when they agree), and every
+    rank raises InvalidArgument on disagreement. Inside a host, the host's "shm" part finds
+    disagreement itself (it checks its members' calls before it moves data), or, for the
+    operations that go over gloo among all ranks, the leader compares its members' call texts
+    (gathered over "shm").
 
     Small payloads (at most SMALL bytes: all_reduce's host partial, broadcast's data) travel in
     the frame itself, so the check costs no extra round trip between hosts; a rank whose
@@ -67,9 +71,9 @@ class _Agreement:
         # groups and their threads) alive past destroy_process_group, to the interpreter's end.
         self.g = weakref.proxy(group)
         self._texts = {}  # (text, bytes) -> its encoded uint8 tensor (calls repeat)
-        self.abandoned = None  # the Work of the last frame posted without waiting
+        self._link = None  # the leaders' connections (_FrameLink), made at the first frame
         self._frame = self._frames = None  # exchange's buffers (allocated once)
-        self._frame_bytes = self._texts_of = None  # numpy views of them (exchange)
+        self._frame_bytes = self._frames_bytes = self._texts_of = None  # numpy views of them
         self._frame_call = None  # the call text exchange's frame holds
         self._headers = {}  # payload bytes -> [release's buffer, its numpy view, its text]
         self._payload_views = {}  # (dtype, shape) -> payloads' views of exchange's frames
@@ -123,7 +127,8 @@ class _Agreement:
             self._frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
             self._frames = [torch.empty_like(self._frame) for _ in self.g.hosts]
             self._frame_bytes = self._frame.numpy()
-            self._texts_of = [f.numpy()[:self.TEXT] for f in self._frames]
+            self._frames_bytes = [f.numpy() for f in self._frames]
+            self._texts_of = [f[:self.TEXT] for f in self._frames_bytes]
         # A small call's check is on its critical path: the frame keeps its call text while
         # calls repeat, a plain payload is copied by numpy, and the texts are compared as
         # bytes (each torch call from Python costs microseconds; a verdict of disagreement
@@ -140,23 +145,33 @@ class _Agreement:
                 nbytes = payload.numel() * payload.element_size()
                 flat = payload.resolve_conj().resolve_neg().contiguous().reshape(-1)
                 self._frame[self.TEXT:self.TEXT + nbytes] = flat.view(torch.uint8)
-        self.g.leaders.allgather([self._frames], [self._frame]).wait()
+        self._link_up().swap(self._frame_bytes, self._frames_bytes)
         texts = self._texts_of
         if texts[0][0] != ord("!") and all(t.tobytes() == texts[0].tobytes()
                                            for t in texts[1:]):
             return None, self._frames
         return self._verdict(self._frames), self._frames
 
-    def _post(self, call, payload=None, frame=None, frames=None):
-        if frame is None:
-            frame = torch.zeros(self.TEXT + self.SMALL, dtype=torch.uint8)
-            frames = [torch.empty_like(frame) for _ in self.g.hosts]
-        frame[:self.TEXT] = self._encode(call, self.TEXT)
-        if payload is not None and self.small(payload):
-            nbytes = payload.numel() * payload.element_size()
-            flat = payload.resolve_conj().resolve_neg().contiguous().reshape(-1)
-            frame[self.TEXT:self.TEXT + nbytes] = flat.view(torch.uint8)
-        return self.g.leaders.allgather([frames], [frame]), frames
+    def _post(self, call):
+        """This leader's frame of a call it leaves at once (its text, no payload), sent to the
+        other leaders without waiting for theirs (_FrameLink.post)."""
+        self._link_up().post(self._encode(call, self.TEXT + self.SMALL).numpy())
+
+    def _link_up(self):
+        """The leaders' connections (_FrameLink), made at this group's first frame: every
+        leader's first frame is at the same collective (this check's promise)."""
+        if self._link is None:
+            g = self.g
+            timeout = g.timeout.total_seconds() if g.timeout is not None else 1800.0
+            self._link = _FrameLink(g.leaders, g._host, len(g.hosts), timeout,
+                                    lambda h: "the leader of host " + str(h) + ", " +
+                                    self._leader_of(h))
+        return self._link
+
+    def close(self):
+        """Closes the leaders' connections (the group's end)."""
+        if self._link is not None:
+            self._link.close()
 
     def _verdict(self, frames):
         texts = [f[:self.TEXT] for f in frames]
@@ -199,12 +214,11 @@ class _Agreement:
             step()
         except _C.InvalidArgument as e:
             if self.g.leaders is not None:
-                # Posted, not waited for: this rank raises at once, as its host mates do, and
-                # the other leaders' frames of this call meet it whenever they come (gloo's
-                # worker sends it; the Work keeps the tensors).
+                # Sent, theirs not waited for: this rank raises at once, as its host mates do;
+                # the other leaders' frames of this call are dropped before its next frame
+                # (_FrameLink.post).
                 text = self.g._named_globally(str(e))
-                self.abandoned = self._post(
-                    "!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))[0]
+                self._post("!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))
             raise
 
     @contextlib.contextmanager
@@ -226,8 +240,8 @@ class _Agreement:
         barrier, or the gathering of call texts; each runs in in_host): this rank's "shm" call
         there rejects its arguments, so its host mates raise "group rank N (global rank G)
         rejected its arguments", and their leader sends that to the other leaders. A leader
-        that rejects sends its own text to the other leaders itself (posted, not waited for,
-        as in_host)."""
+        that rejects sends its own text to the other leaders itself (theirs not waited for, as
+        in_host)."""
         g = self.g
         g._order.drain()  # the calls posted before this one meet their peers first
         me = g.rank()
@@ -241,8 +255,7 @@ class _Agreement:
             except _C.InvalidArgument:
                 pass
         if g.leaders is not None:
-            self.abandoned = self._post("!" + text.encode()[:self.TEXT - 1].decode(
-                errors="ignore"))[0]
+            self._post("!" + text.encode()[:self.TEXT - 1].decode(errors="ignore"))
 
     def release(self, error, tensor=None):
         """Every rank of this host: the leader's verdict (`error`, None when the hosts agree)

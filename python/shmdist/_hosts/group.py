@@ -90,6 +90,7 @@ class ProcessGroupHosts(dist.ProcessGroup):
         limit = self.timeout.total_seconds() if self.timeout is not None else 1800.0
         self._order.stop(limit)
         self._payloads.stop(limit)
+        self._agree.close()
         for box in list(self._mailboxes.values()):
             for posted in list(box.posted.values()):
                 if posted is not None and posted.thread is not None:

@@ -213,10 +213,13 @@ if mode == "cross_mismatch":
             # Rank 0 sends 1 element to rank 2, which expects 2 from it.
             return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
                                           else [2, 1, 1, 0], [1, 1, 1, 1])
-        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_split"):
+        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_split",
+                    "inside_host_b_twice"):
             # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
+            # "twice": two such calls in a row, so host B's leader leaves two calls without
+            # reading host A's frames of them (link._FrameLink drops them at its next call).
             n = {"inside_host_b": small, "inside_host_b_large": large,
-                 "inside_host_b_split": split}[case]
+                 "inside_host_b_split": split, "inside_host_b_twice": small}[case]
             return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
         if case == "inside_host_b_all_gather":
             # Review 6: host B's leader (rank 2) calls all_gather, the others all_reduce: the
@@ -243,14 +246,34 @@ if mode == "cross_mismatch":
             return dist.broadcast(torch.zeros(small), 2 if rank == odd else 0)
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
-    try:
-        call()
-        say(f"FAIL cross_mismatch rank={rank}: the call returned")
-    except Exception as e:  # noqa: BLE001 - the test reads what was raised
-        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    for _ in range(2 if case.endswith("_twice") else 1):
+        try:
+            call()
+            say(f"FAIL cross_mismatch rank={rank}: the call returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
     t = torch.full((3,), float(rank))
     dist.all_reduce(t)
     say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    if case.endswith("_twice"):
+        # The frames after the dropped ones: a 4 B all_reduce in the documented order (hosts
+        # [0, 1], [2, 3]: (x0 + x1) + (x2 + x3), bitwise), a small broadcast from host B, a
+        # barrier and an all_reduce above the frame's payload (its check only in the frame).
+        x = [0.1, 0.2, 0.3, 1e8]
+        one = torch.tensor([x[rank]], dtype=torch.float32)
+        dist.all_reduce(one)
+        f = [torch.tensor([v], dtype=torch.float32) for v in x]
+        want = (f[0] + f[1]) + (f[2] + f[3])
+        b = torch.full((2,), float(rank))
+        dist.broadcast(b, 3)
+        dist.barrier()
+        big = torch.full((2000,), float(rank))
+        dist.all_reduce(big)
+        say(f"AFTER2 rank={rank} " + ("ok" if one.numpy().tobytes() == want.numpy().tobytes()
+                                       and b.tolist() == [3.0, 3.0]
+                                       and bool((big == 6.0).all()) else
+                                       f"{one.tolist()} {want.tolist()} {b.tolist()} "
+                                       f"{big[:3].tolist()}"))
     dist.destroy_process_group()
     sys.exit(0)
 
