@@ -452,6 +452,28 @@ def test_calls_a_leader_left_in_a_row_do_not_shift_the_leaders_frames():
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+def test_three_hosts_leaders_connect_to_each_other():
+    """Issue 30 (tiny30): on hosts [0], [1, 2], [3] each of the three leaders connects to the
+    other two for the agreement's frames: 4 B all_reduces give the documented order's bits
+    ((x0 + (x1 + x2)) + x3) on every rank, a count mismatch between hosts raises
+    InvalidArgument naming global rank 3 on every rank, and a broadcast and an all_reduce
+    above the frame's payload work after it."""
+    reports = run_hosts([[0], [1, 2], [3]], "three_leaders", timeout=120)
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert not failures(res["out"]), text
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        assert "disagree" in caught[0] and "global rank 3" in caught[0], text
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_the_others():
     """Review 6: global rank 2 (host B's leader) calls all_gather, ranks 0, 1 and 3 all_reduce:
     host B's "shm" part finds it while rank 2 gathers its host's calls, and rank 2 must send

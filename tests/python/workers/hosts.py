@@ -56,6 +56,35 @@ if mode == "one_host":
     dist.destroy_process_group()
     sys.exit(0)
 
+if mode == "three_leaders":
+    # Issue 30 (tiny30): hosts [0], [1, 2], [3]: three leaders (0, 1, 3), each connected to
+    # the other two for the agreement's frames. 4 B all_reduces (the documented order: hosts
+    # in order, ((x0) + (x1 + x2)) + (x3)), a mismatch between hosts (every rank raises), then
+    # a broadcast from host [1, 2] and an all_reduce above the frame's payload.
+    pg = c10d._get_default_group()
+    expect(isinstance(pg, shmdist.torch.ProcessGroupHosts) and len(pg.hosts) == 3, repr(pg))
+    x = [0.1, 0.2, 0.3, 1e8]
+    f = [torch.tensor([v], dtype=torch.float32) for v in x]
+    want = (f[0] + (f[1] + f[2])) + f[3]
+    for i in range(20):
+        one = torch.tensor([x[rank]], dtype=torch.float32)
+        dist.all_reduce(one)
+        if one.numpy().tobytes() != want.numpy().tobytes():
+            say(f"FAIL three_leaders rank={rank}: call {i}: {one.tolist()} != {want.tolist()}")
+    try:
+        dist.all_reduce(torch.zeros(5 if rank == 3 else 4))
+        say(f"FAIL three_leaders rank={rank}: the mismatched all_reduce returned")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    b = torch.full((3,), float(rank))
+    dist.broadcast(b, 2)
+    big = torch.full((3000,), float(rank))
+    dist.all_reduce(big)
+    if b.tolist() == [2.0] * 3 and bool((big == 6.0).all()):
+        say(f"AFTER rank={rank} ok")
+    dist.destroy_process_group()
+    sys.exit(0)
+
 if mode == "peer_dies":
     waiters = [int(r) for r in sys.argv[2].split(",")]
     call = sys.argv[3] if len(sys.argv) > 3 else "recv"
