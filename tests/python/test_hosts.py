@@ -654,3 +654,66 @@ def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(
         assert f"AFTER rank={r} ok" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+_RELEASE_AFTER_A_FAILED_WAIT = r"""
+import sys
+import torch
+from shmdist import _C
+from shmdist._hosts.agreement import _Agreement
+
+class Work:
+    def __init__(self, fail):
+        self.fail = fail
+    def wait(self):
+        if self.fail:
+            raise _C.Timeout("the host's broadcast timed out (played)")
+
+class Local:
+    def __init__(self, leader):
+        self.frames, self.fail, self.leader = [], True, leader
+    def broadcast(self, tensors, opts):
+        self.frames.append(tensors[0])
+        fail, self.fail = self.fail, False
+        if not fail and not self.leader:
+            tensors[0].zero_()  # the leader's frame: no error, a payload of zeros
+        return Work(fail)
+
+class Group:
+    hosts, _host, global_ranks = [[0, 1], [2, 3]], 0, [0, 1, 2, 3]
+    def __init__(self, leader):
+        self.local, self.leaders = Local(leader), (object() if leader else None)
+
+for leader in (True, False):
+    g = Group(leader)
+    agree = _Agreement(g)
+    tensor = torch.ones(4)
+    try:
+        agree.release(None, tensor)
+        sys.exit("the played Timeout was not raised")
+    except _C.Timeout:
+        pass
+    first = g.local.frames[0]
+    before = first.clone()
+    try:
+        agree.release("the calls disagree (played)" if leader else None, tensor)
+    except _C.InvalidArgument:
+        assert leader
+    second = g.local.frames[1]
+    print("leader" if leader else "member", "SAME" if second.data_ptr() == first.data_ptr()
+          else "OTHER", "UNCHANGED" if torch.equal(first, before) else "CHANGED")
+"""
+
+
+def test_a_verdict_broadcast_that_failed_keeps_its_frame_from_the_next_call():
+    """Review of issue 30: when the host's broadcast of the verdict raises (a Timeout: the
+    "shm" call stays pending and may still send or receive its frame, docs/semantics.md), the
+    next call's verdict goes in another frame, and the pending one's bytes are not rewritten
+    (before: release() reused its cached header, so a leader's next verdict could reach the
+    late member as the timed-out call's). The group's "shm" part is played (a Work whose wait
+    raises, then one that returns)."""
+    done = subprocess.run([PYTHON, "-c", _RELEASE_AFTER_A_FAILED_WAIT], env=base_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[:2] == ["leader OTHER UNCHANGED", "member OTHER UNCHANGED"], \
+        done.stdout + done.stderr
