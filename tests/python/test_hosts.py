@@ -171,6 +171,24 @@ def _caught(res):
     return [line for line in res["out"].splitlines() if line.startswith("CAUGHT ")]
 
 
+def _assert_all_raised(reports, check):
+    """Every rank of the 4 exited 0 and caught exactly one InvalidArgument (its CAUGHT line),
+    for which check(rank, that line, text) asserts what the test needs, then went on (its
+    AFTER line says ok); nothing was left in either /dev/shm."""
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text  # no abort
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        check(r, caught[0], text)
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 def test_errors_of_a_host_name_global_ranks():
     """Global rank 3 (host B's second rank, index 1 on its host) is SIGKILLed while global
     rank 2 waits in a recv from it, which goes over host B's "shm" job: the PeerFailure names
@@ -380,22 +398,14 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
     bounded far below) or gloo aborted the process on a message of another size."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
     call_a, call_b = CROSS_MISMATCH[case]
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text  # no abort
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "across hosts" in caught[0] and "disagree" in caught[0], text
-        assert "group rank 0 (global rank 0)" in caught[0], text
-        assert "group rank 2 (global rank 2)" in caught[0], text
-        assert call_a in caught[0] and call_b in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "across hosts" in caught and "disagree" in caught, text
+        assert "group rank 0 (global rank 0)" in caught, text
+        assert "group rank 2 (global rank 2)" in caught, text
+        assert call_a in caught and call_b in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000),
@@ -408,21 +418,13 @@ def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case
     in gloo for host B's partial."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case],
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
-        assert "group rank 3 (global rank 3)" in caught[0], text
-        assert "group rank 2 (global rank 2)" in caught[0], text
-        assert f"{n + 1} elements" in caught[0] and f"{n} elements" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
+        assert "group rank 3 (global rank 3)" in caught, text
+        assert "group rank 2 (global rank 2)" in caught, text
+        assert f"{n + 1} elements" in caught and f"{n} elements" in caught, text
+    _assert_all_raised(reports, check)
 
 
 def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_the_others():
@@ -432,18 +434,10 @@ def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_t
     exchange until the timeout). Every rank raises InvalidArgument; the group still works."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b_all_gather"],
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "global rank 2" in caught[0] and "global rank 3" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "global rank 2" in caught and "global rank 3" in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("order", ["2,1", "1,2"])
@@ -564,22 +558,14 @@ def test_a_rank_that_refuses_its_own_arguments_makes_every_member_raise(case, ba
     (600 s here; the test is bounded far below)."""
     reports = run_hosts([[0, 1], [2, 3]], "own_rejection", args=[case, str(bad)], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+
+    def check(r, caught, text):
         if r == bad:
-            assert "takes an" in caught[0], text
+            assert "takes an" in caught, text
         else:
-            assert "rejected its arguments" in caught[0], text
-            assert f"(global rank {bad})" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+            assert "rejected its arguments" in caught, text
+            assert f"(global rank {bad})" in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("case,mixed", [("inside_host_b_reduce", (2, 3)),
@@ -592,21 +578,13 @@ def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mi
     (host B's rank 3 with the sum, as if it were dst) and nothing was raised."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
         for g in mixed:
-            assert f"(global rank {g})" in caught[0], text
-        assert "all_gather(torch.uint8" not in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+            assert f"(global rank {g})" in caught, text
+        assert "all_gather(torch.uint8" not in caught, text
+    _assert_all_raised(reports, check)
 
 
 def test_ddp_with_the_powersgd_hook_across_hosts():
@@ -640,20 +618,12 @@ def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(
     without the odd rank completed (host A returned with rank 0's data, host B raised)."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
         for g in mixed:
-            assert f"(global rank {g})" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+            assert f"(global rank {g})" in caught, text
+    _assert_all_raised(reports, check)
 
 
 _RELEASE_AFTER_A_FAILED_WAIT = r"""
