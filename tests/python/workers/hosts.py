@@ -40,6 +40,23 @@ else:
 rank, world = dist.get_rank(), dist.get_world_size()
 from torch.distributed import distributed_c10d as c10d  # noqa: E402
 
+
+def caught_then_after(what, call):
+    """The modes whose call every rank must raise: prints "CAUGHT rank=<r> <exception type>:
+    <first line>" (or "FAIL <what> ..." if call() returned), then a correct all_reduce's
+    "AFTER rank=<r> ok" (the failed call moved nothing), and leaves."""
+    try:
+        call()
+        say(f"FAIL {what} rank={rank}: the call returned")
+    except Exception as e:  # noqa: BLE001 - the test reads what was raised
+        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    dist.destroy_process_group()
+    sys.exit(0)
+
+
 if mode == "init":
     say(f"INIT rank={rank}")
     dist.destroy_process_group()
@@ -243,16 +260,7 @@ if mode == "cross_mismatch":
             return dist.broadcast(torch.zeros(small), 2 if rank == odd else 0)
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
-    try:
-        call()
-        say(f"FAIL cross_mismatch rank={rank}: the call returned")
-    except Exception as e:  # noqa: BLE001 - the test reads what was raised
-        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
-    t = torch.full((3,), float(rank))
-    dist.all_reduce(t)
-    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
-    dist.destroy_process_group()
-    sys.exit(0)
+    caught_then_after("cross_mismatch", call)
 
 if mode == "any_source_then_other_size":
     # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
@@ -419,22 +427,16 @@ if mode == "own_rejection":
     case, bad = sys.argv[2], int(sys.argv[3])
     n = 4 if case.endswith("small") else 300_000
     extra = 1 if rank == bad else 0
-    dist.barrier()
-    try:
+
+    def call():
         if case.startswith("all_gather_into_tensor"):
             dist.all_gather_into_tensor(torch.zeros(n * world + extra), torch.zeros(n))
         elif case.startswith("reduce_scatter_tensor"):
             dist.reduce_scatter_tensor(torch.zeros(n), torch.zeros(n * world + extra))
         else:
             raise SystemExit(f"unknown case {case}")
-        say(f"FAIL own_rejection rank={rank}: the call returned")
-    except Exception as e:  # noqa: BLE001 - the test reads what was raised
-        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
-    t = torch.full((3,), float(rank))
-    dist.all_reduce(t)
-    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
-    dist.destroy_process_group()
-    sys.exit(0)
+    dist.barrier()
+    caught_then_after("own_rejection", call)
 
 if mode == "exit_pending":
     # Item 30 (teardown): rank 0 posts an all_reduce (asyncOp) and an isend of a payload to
