@@ -10,7 +10,7 @@ import time
 import torch
 
 from .. import _C
-from .works import _Work
+from .works import _OutcomeWork
 
 
 class _Call:
@@ -195,27 +195,18 @@ def _complete(future, call):
         future.set_exception(call.error)
 
 
-class _InOrderWork(_Work):
+class _InOrderWork(_OutcomeWork):
     """The Work of a collective posted to an _InOrder: wait() returns once it has run and
     raises its error unchanged (PeerFailure, Timeout, InvalidArgument); get_future() is what
     DDP waits on."""
 
     def __init__(self, order, call):
-        super().__init__()
+        super().__init__(call)
         self.order, self.call = order, call
 
     def wait(self, timeout=None):
         self.order.wait(self.call, timeout)
         return True
-
-    def is_completed(self):
-        return self.call.done
-
-    def is_success(self):
-        return self.call.done and self.call.error is None
-
-    def exception(self):
-        return self.call.error
 
     def result(self):
         return self.call.result
