@@ -545,6 +545,30 @@ def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them()
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
 
 
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's collectives across hosts complete "
+                    "before they return: no thread runs them")
+def test_a_collective_posted_by_a_future_callback_at_exit_completes():
+    """Review of issue 30 (teardown): rank 0 exits with a posted all_reduce whose future's
+    callback posts another (as DDP's PowerSGD hook does) after the group's thread, stopping,
+    ended: the exit must run that one too (before: stop() joined the threads it saw once, the
+    second ran on a new thread nobody joined, and rank 0 left in it, so its peers' second
+    all_reduce failed). Every rank exits 0, with no signal, and the peers get the right
+    numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_chained", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text
+        assert "terminate called" not in res["err"], text
+    assert "LEFT rank=0" in ranks[0]["out"], text
+    for r in (1, 2, 3):
+        assert f"EXITED rank={r} ok" in ranks[r]["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 @pytest.mark.parametrize("case,bad", [("all_gather_into_tensor", 3),
                                       ("all_gather_into_tensor", 0),
                                       ("reduce_scatter_tensor_small", 1),

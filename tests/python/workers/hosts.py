@@ -461,6 +461,32 @@ if mode == "exit_pending":
     say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
     sys.exit(0)
 
+if mode == "exit_chained":
+    # Review of issue 30 (teardown): rank 0 posts an all_reduce whose future's callback posts
+    # a second one (as DDP's PowerSGD hook does), half a second after the first completed
+    # (the group's thread, stopping with nothing queued, has ended by then), and leaves
+    # without waiting for either; the others call the first 3 s later, the second 2 s after
+    # it, so rank 0's exit is still in its second when the interpreter would finalize. Every
+    # rank prints what it got; all must exit 0 with the right numbers.
+    dist.barrier()
+    t = torch.full((1000,), float(rank))
+    u = torch.full((10,), float(rank))
+    if rank == 0:
+        def chain(fut):
+            time.sleep(0.5)
+            return dist.all_reduce(u, async_op=True)
+        work = dist.all_reduce(t, async_op=True)
+        pending = [work, work.get_future().then(chain)]
+        say(f"LEFT rank={rank}")
+        sys.exit(0)
+    time.sleep(3)
+    dist.all_reduce(t)
+    time.sleep(2)
+    dist.all_reduce(u)
+    ok = torch.equal(t, torch.full((1000,), 6.0)) and torch.equal(u, torch.full((10,), 6.0))
+    say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
+    sys.exit(0)
+
 HOSTS = [[0, 1], [2, 3]]  # the test runs 2 hosts x 2 ranks
 
 
