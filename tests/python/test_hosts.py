@@ -523,15 +523,9 @@ def test_an_any_source_recv_behind_a_named_one_gets_another_senders_message():
     assert "RECEIVED rank=0" in ranks[0]["out"], text
 
 
-def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
-    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
-    the group's send thread, waits for neither and exits without destroy_process_group while
-    its peers come 3 s later: its threads must finish them and end before the interpreter
-    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
-    2's recv failed; a thread returning from its wait while Python finalized aborted the
-    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
-    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+def _assert_left_and_completed(reports):
+    """Rank 0 left with work pending (its LEFT line), the others got the right numbers (their
+    EXITED lines say ok); every rank exited 0 with no abort, nothing left in /dev/shm."""
     ranks = _ranks(reports)
     text = _show(reports)
     assert sorted(ranks) == [0, 1, 2, 3], text
@@ -543,6 +537,18 @@ def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them()
         assert f"EXITED rank={r} ok" in ranks[r]["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
+    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
+    the group's send thread, waits for neither and exits without destroy_process_group while
+    its peers come 3 s later: its threads must finish them and end before the interpreter
+    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
+    2's recv failed; a thread returning from its wait while Python finalized aborted the
+    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    _assert_left_and_completed(reports)
 
 
 @pytest.mark.skipif(not TORCH2, reason="torch 1.13's collectives across hosts complete "
@@ -556,17 +562,7 @@ def test_a_collective_posted_by_a_future_callback_at_exit_completes():
     numbers."""
     reports = run_hosts([[0, 1], [2, 3]], "exit_chained", timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        assert "terminate called" not in res["err"], text
-    assert "LEFT rank=0" in ranks[0]["out"], text
-    for r in (1, 2, 3):
-        assert f"EXITED rank={r} ok" in ranks[r]["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+    _assert_left_and_completed(reports)
 
 
 @pytest.mark.parametrize("case,bad", [("all_gather_into_tensor", 3),
@@ -592,6 +588,21 @@ def test_a_rank_that_refuses_its_own_arguments_makes_every_member_raise(case, ba
     _assert_all_raised(reports, check)
 
 
+def _mixed_raises_everywhere(case, mixed, absent=()):
+    """The cross_mismatch mode's `case`, where the global ranks `mixed` of one host make
+    different calls: every rank raises a disagreement naming both (and none of `absent`)."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
+        for g in mixed:
+            assert f"(global rank {g})" in caught, text
+        for a in absent:
+            assert a not in caught, text
+    _assert_all_raised(reports, check)
+
+
 @pytest.mark.parametrize("case,mixed", [("inside_host_b_reduce", (2, 3)),
                                         ("inside_host_a_reduce_scatter", (0, 1))])
 def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mixed):
@@ -600,15 +611,7 @@ def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mi
     InvalidArgument naming the two ranks of that host; a correct all_reduce after it works.
     Before, the host's "shm" part saw the same reduce on each rank: the ranks returned
     (host B's rank 3 with the sum, as if it were dst) and nothing was raised."""
-    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-
-    def check(r, caught, text):
-        assert "disagree" in caught, text
-        for g in mixed:
-            assert f"(global rank {g})" in caught, text
-        assert "all_gather(torch.uint8" not in caught, text
-    _assert_all_raised(reports, check)
+    _mixed_raises_everywhere(case, mixed, absent=("all_gather(torch.uint8",))
 
 
 def test_ddp_with_the_powersgd_hook_across_hosts():
@@ -640,14 +643,7 @@ def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(
     host B, while its host A has the source). Every rank of both hosts raises InvalidArgument
     naming the two ranks that disagree; a correct all_reduce after it works. Before, the host
     without the odd rank completed (host A returned with rank 0's data, host B raised)."""
-    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-
-    def check(r, caught, text):
-        assert "disagree" in caught, text
-        for g in mixed:
-            assert f"(global rank {g})" in caught, text
-    _assert_all_raised(reports, check)
+    _mixed_raises_everywhere(case, mixed)
 
 
 _RELEASE_AFTER_A_FAILED_WAIT = r"""
