@@ -47,10 +47,24 @@ std::string shape_tuple(const std::vector<std::int64_t>& sizes) {
   return text + (sizes.size() == 1 ? ",)" : ")");
 }
 
+// A call's fingerprint, each field set here only (Fingerprint has no padding: peers compare
+// the bytes): the Builder sets them as it checks the arguments, small_all_reduce, which
+// builds no Builder, through the same functions, so both send the same bytes for one call.
+void fingerprint_call(Fingerprint& fp, const CallSetup& s, Kind kind) {
+  fp.kind = std::uint8_t(kind);
+  fp.seq = s.seq;
+  fp.group_size = static_cast<std::uint32_t>(s.group.size());
+}
+void fingerprint_data(Fingerprint& fp, DType dtype, std::int64_t count) {
+  fp.dtype = std::uint8_t(dtype);
+  fp.count = count;
+}
+void fingerprint_op(Fingerprint& fp, ReduceOp op) { fp.op = std::uint8_t(static_cast<int>(op)); }
+
 // Collects the call's description and the first problem with this member's arguments.
 class Builder {
  public:
-  Builder(const CallSetup& s, Kind kind) : s_(s), kind_(kind) { call_.fp.kind = std::uint8_t(kind); }
+  Builder(const CallSetup& s, Kind kind) : s_(s), kind_(kind) { fingerprint_call(call_.fp, s, kind); }
 
   int n() const { return s_.group.size(); }
   int me() const { return s_.group.me; }
@@ -68,12 +82,9 @@ class Builder {
            "made with zeros(), empty(), tensor({...}) or from_blob()");
     return ok();
   }
-  void describe(DType dtype, std::int64_t count) {
-    call_.fp.dtype = std::uint8_t(dtype);
-    call_.fp.count = count;
-  }
+  void describe(DType dtype, std::int64_t count) { fingerprint_data(call_.fp, dtype, count); }
   void op(ReduceOp op, DType dtype) {
-    call_.fp.op = std::uint8_t(static_cast<int>(op));
+    fingerprint_op(call_.fp, op);
     if (auto why = unsupported(op, dtype)) fail(*why);
   }
   // The root's group rank, or -1 (and a failure) if it is not a member.
@@ -129,9 +140,7 @@ class Builder {
     CallContext ctx;
     ctx.group = s_.group;
     ctx.seq = s_.seq;
-    ctx.call = std::move(call_);
-    ctx.call.fp.seq = s_.seq;
-    ctx.call.fp.group_size = static_cast<std::uint32_t>(n());
+    ctx.call = std::move(call_);  // its fingerprint has seq and group size (fingerprint_call)
     return ctx;
   }
 
@@ -380,15 +389,11 @@ std::optional<Completion> small_all_reduce(const CallSetup& s, Tensor& tensor, R
   if (bytes > std::min(ShmLane::kInlineLimit, lane.slot_size() / 8 * 8) || !lane.idle() ||
       unsupported(op, tensor.dtype()))
     return std::nullopt;
-  // Builder::take_context's fingerprint, field by field (Fingerprint has no padding: peers
-  // compare the bytes).
+  // Builder::take_context's fingerprint, through the Builder's own functions.
   Fingerprint fp;
-  fp.kind = std::uint8_t(Kind::AllReduce);
-  fp.op = std::uint8_t(static_cast<int>(op));
-  fp.dtype = std::uint8_t(tensor.dtype());
-  fp.group_size = static_cast<std::uint32_t>(s.group.size());
-  fp.seq = s.seq;
-  fp.count = tensor.numel();
+  fingerprint_call(fp, s, Kind::AllReduce);
+  fingerprint_data(fp, tensor.dtype(), tensor.numel());
+  fingerprint_op(fp, op);
   const std::uint64_t ticket = lane.take_ticket();  // the lane is idle: this call's turn
   std::byte* const data = bytes_of(tensor);
   std::byte* const slot = lane.next_slot();

@@ -212,8 +212,9 @@ void Schedule::agree_on_tree(const HostSplit& split) {
 }
 
 // The leader, its host's messages in: its host's wires into `across`; with a fold, the
-// host's partial after them when every mate's call is the leader's own, else the message
-// goes without one.
+// host's partial after them when every mate's call is the leader's own and its input that
+// call's size, else the message goes without one (a size that differs, which only a corrupt
+// peer sends, is this leader's verdict: it has no partial of its own host either).
 void Schedule::gather_host() {
   Tree& t = *tree_;
   const std::vector<int>& mates = t.hosts[static_cast<std::size_t>(t.mine)];
@@ -226,8 +227,19 @@ void Schedule::gather_host() {
   }
   if (!fold_) return;
   const std::size_t data = fold_->tensor.nbytes();
-  for (std::size_t i = 1; i < mates.size() && agree; ++i)
-    agree = t.from_mates[i].nbytes() == w + data;
+  for (std::size_t i = 1; i < mates.size() && agree; ++i) {
+    const std::size_t got = t.from_mates[i].nbytes();
+    if (got == w + data) continue;
+    agree = false;
+    // The same call as this member's with input of another size: no shmdist rank sends it.
+    // Without a partial of its own host the leader cannot reduce (judge_hosts raises this).
+    const int who = members_[static_cast<std::size_t>(mates[i])];
+    t.verdict = std::make_exception_ptr(
+        Error(ctx_.name() + ": global rank " + std::to_string(who) + ", a member on this host, "
+              "sent " + std::to_string(got - std::min(got, w)) + " bytes of input, where every "
+              "call agreed on " + std::to_string(data) + "; a corrupt peer or mismatched "
+              "builds: rebuild every rank from the same version"));
+  }
   if (!agree) {
     for (Transfer& x : steps_[1].transfers)
       if (x.dir == Transfer::Dir::Send) x.view = first_bytes(t.across, mates.size() * w);
@@ -259,6 +271,7 @@ void Schedule::judge_hosts() {
   bool with_result = false;
   try {
     judge_tree_wires();
+    if (t.verdict) std::rethrow_exception(t.verdict);  // gather_host's: a corrupt mate
     if (fold_) {
       const std::size_t data = fold_->tensor.nbytes();
       std::vector<const std::byte*> partials(t.hosts.size());

@@ -155,7 +155,9 @@ class Schedule final : public engine::BackgroundTask,
     Tensor across;                     // the leader: its host's wires [+ partial] (step 1)
     std::vector<Tensor> from_leaders;  // the leader: step 1's messages, by host
     Tensor down;  // every member's wire by group rank [+ result]: the leader's, or received
-    std::exception_ptr verdict;  // the leader's, thrown after step 2 has told its host
+    // The leader's (judge_hosts; gather_host's for a mate whose input has another size than
+    // the calls agree on), thrown after step 2 has told its host.
+    std::exception_ptr verdict;
   };
   std::optional<Tree> tree_;
   std::optional<FoldedReduce> fold_;

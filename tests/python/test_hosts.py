@@ -171,6 +171,24 @@ def _caught(res):
     return [line for line in res["out"].splitlines() if line.startswith("CAUGHT ")]
 
 
+def _assert_all_raised(reports, check):
+    """Every rank of the 4 exited 0 and caught exactly one InvalidArgument (its CAUGHT line),
+    for which check(rank, that line, text) asserts what the test needs, then went on (its
+    AFTER line says ok); nothing was left in either /dev/shm."""
+    ranks = _ranks(reports)
+    text = _show(reports)
+    assert sorted(ranks) == [0, 1, 2, 3], text
+    for r, res in ranks.items():
+        assert res["rc"] == 0, text  # no abort
+        caught = _caught(res)
+        assert len(caught) == 1, text
+        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+        check(r, caught[0], text)
+        assert f"AFTER rank={r} ok" in res["out"], text
+    for report in reports:
+        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
 def test_errors_of_a_host_name_global_ranks():
     """Global rank 3 (host B's second rank, index 1 on its host) is SIGKILLed while global
     rank 2 waits in a recv from it, which goes over host B's "shm" job: the PeerFailure names
@@ -380,22 +398,14 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
     bounded far below) or gloo aborted the process on a message of another size."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
     call_a, call_b = CROSS_MISMATCH[case]
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text  # no abort
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "across hosts" in caught[0] and "disagree" in caught[0], text
-        assert "group rank 0 (global rank 0)" in caught[0], text
-        assert "group rank 2 (global rank 2)" in caught[0], text
-        assert call_a in caught[0] and call_b in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "across hosts" in caught and "disagree" in caught, text
+        assert "group rank 0 (global rank 0)" in caught, text
+        assert "group rank 2 (global rank 2)" in caught, text
+        assert call_a in caught and call_b in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000),
@@ -408,21 +418,13 @@ def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case
     in gloo for host B's partial."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case],
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
-        assert "group rank 3 (global rank 3)" in caught[0], text
-        assert "group rank 2 (global rank 2)" in caught[0], text
-        assert f"{n + 1} elements" in caught[0] and f"{n} elements" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
+        assert "group rank 3 (global rank 3)" in caught, text
+        assert "group rank 2 (global rank 2)" in caught, text
+        assert f"{n + 1} elements" in caught and f"{n} elements" in caught, text
+    _assert_all_raised(reports, check)
 
 
 def test_calls_a_leader_left_in_a_row_do_not_shift_the_leaders_frames():
@@ -481,18 +483,10 @@ def test_a_leader_that_finds_a_mismatch_inside_its_host_in_an_all_gather_tells_t
     exchange until the timeout). Every rank raises InvalidArgument; the group still works."""
     reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=["inside_host_b_all_gather"],
                         timeout=120, extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "global rank 2" in caught[0] and "global rank 3" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+    def check(r, caught, text):
+        assert "global rank 2" in caught and "global rank 3" in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("order", ["2,1", "1,2"])
@@ -578,15 +572,9 @@ def test_an_any_source_recv_behind_a_named_one_gets_another_senders_message():
     assert "RECEIVED rank=0" in ranks[0]["out"], text
 
 
-def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
-    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
-    the group's send thread, waits for neither and exits without destroy_process_group while
-    its peers come 3 s later: its threads must finish them and end before the interpreter
-    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
-    2's recv failed; a thread returning from its wait while Python finalized aborted the
-    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
-    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+def _assert_left_and_completed(reports):
+    """Rank 0 left with work pending (its LEFT line), the others got the right numbers (their
+    EXITED lines say ok); every rank exited 0 with no abort, nothing left in /dev/shm."""
     ranks = _ranks(reports)
     text = _show(reports)
     assert sorted(ranks) == [0, 1, 2, 3], text
@@ -598,6 +586,32 @@ def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them()
         assert f"EXITED rank={r} ok" in ranks[r]["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_a_rank_that_exits_with_a_posted_collective_and_payload_completes_them():
+    """Issue 30 (teardown): rank 0 posts an all_reduce and an isend whose payload goes from
+    the group's send thread, waits for neither and exits without destroy_process_group while
+    its peers come 3 s later: its threads must finish them and end before the interpreter
+    finalizes (before: the threads died with the process, so the peers' all_reduce and rank
+    2's recv failed; a thread returning from its wait while Python finalized aborted the
+    process). Every rank exits 0, with no signal, and the peers get the right numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_pending", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    _assert_left_and_completed(reports)
+
+
+@pytest.mark.skipif(not TORCH2, reason="torch 1.13's collectives across hosts complete "
+                    "before they return: no thread runs them")
+def test_a_collective_posted_by_a_future_callback_at_exit_completes():
+    """Review of issue 30 (teardown): rank 0 exits with a posted all_reduce whose future's
+    callback posts another (as DDP's PowerSGD hook does) after the group's thread, stopping,
+    ended: the exit must run that one too (before: stop() joined the threads it saw once, the
+    second ran on a new thread nobody joined, and rank 0 left in it, so its peers' second
+    all_reduce failed). Every rank exits 0, with no signal, and the peers get the right
+    numbers."""
+    reports = run_hosts([[0, 1], [2, 3]], "exit_chained", timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "60"})
+    _assert_left_and_completed(reports)
 
 
 @pytest.mark.parametrize("case,bad", [("all_gather_into_tensor", 3),
@@ -613,22 +627,29 @@ def test_a_rank_that_refuses_its_own_arguments_makes_every_member_raise(case, ba
     (600 s here; the test is bounded far below)."""
     reports = run_hosts([[0, 1], [2, 3]], "own_rejection", args=[case, str(bad)], timeout=120,
                         extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
+
+    def check(r, caught, text):
         if r == bad:
-            assert "takes an" in caught[0], text
+            assert "takes an" in caught, text
         else:
-            assert "rejected its arguments" in caught[0], text
-            assert f"(global rank {bad})" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+            assert "rejected its arguments" in caught, text
+            assert f"(global rank {bad})" in caught, text
+    _assert_all_raised(reports, check)
+
+
+def _mixed_raises_everywhere(case, mixed, absent=()):
+    """The cross_mismatch mode's `case`, where the global ranks `mixed` of one host make
+    different calls: every rank raises a disagreement naming both (and none of `absent`)."""
+    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
+                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
+
+    def check(r, caught, text):
+        assert "disagree" in caught, text
+        for g in mixed:
+            assert f"(global rank {g})" in caught, text
+        for a in absent:
+            assert a not in caught, text
+    _assert_all_raised(reports, check)
 
 
 @pytest.mark.parametrize("case,mixed", [("inside_host_b_reduce", (2, 3)),
@@ -639,23 +660,7 @@ def test_reductions_of_one_count_mixed_inside_one_host_raise_everywhere(case, mi
     InvalidArgument naming the two ranks of that host; a correct all_reduce after it works.
     Before, the host's "shm" part saw the same reduce on each rank: the ranks returned
     (host B's rank 3 with the sum, as if it were dst) and nothing was raised."""
-    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
-        for g in mixed:
-            assert f"(global rank {g})" in caught[0], text
-        assert "all_gather(torch.uint8" not in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+    _mixed_raises_everywhere(case, mixed, absent=("all_gather(torch.uint8",))
 
 
 def test_ddp_with_the_powersgd_hook_across_hosts():
@@ -687,19 +692,67 @@ def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(
     host B, while its host A has the source). Every rank of both hosts raises InvalidArgument
     naming the two ranks that disagree; a correct all_reduce after it works. Before, the host
     without the odd rank completed (host A returned with rank 0's data, host B raised)."""
-    reports = run_hosts([[0, 1], [2, 3]], "cross_mismatch", args=[case], timeout=120,
-                        extra_env={"SHMDIST_TEST_INIT_TIMEOUT": "600"})
-    ranks = _ranks(reports)
-    text = _show(reports)
-    assert sorted(ranks) == [0, 1, 2, 3], text
-    for r, res in ranks.items():
-        assert res["rc"] == 0, text
-        caught = _caught(res)
-        assert len(caught) == 1, text
-        assert caught[0].startswith(f"CAUGHT rank={r} InvalidArgument: "), text
-        assert "disagree" in caught[0], text
-        for g in mixed:
-            assert f"(global rank {g})" in caught[0], text
-        assert f"AFTER rank={r} ok" in res["out"], text
-    for report in reports:
-        assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+    _mixed_raises_everywhere(case, mixed)
+
+
+_RELEASE_AFTER_A_FAILED_WAIT = r"""
+import sys
+import torch
+from shmdist import _C
+from shmdist._hosts.agreement import _Agreement
+
+class Work:
+    def __init__(self, fail):
+        self.fail = fail
+    def wait(self):
+        if self.fail:
+            raise _C.Timeout("the host's broadcast timed out (played)")
+
+class Local:
+    def __init__(self, leader):
+        self.frames, self.fail, self.leader = [], True, leader
+    def broadcast(self, tensors, opts):
+        self.frames.append(tensors[0])
+        fail, self.fail = self.fail, False
+        if not fail and not self.leader:
+            tensors[0].zero_()  # the leader's frame: no error, a payload of zeros
+        return Work(fail)
+
+class Group:
+    hosts, _host, global_ranks = [[0, 1], [2, 3]], 0, [0, 1, 2, 3]
+    def __init__(self, leader):
+        self.local, self.leaders = Local(leader), (object() if leader else None)
+
+for leader in (True, False):
+    g = Group(leader)
+    agree = _Agreement(g)
+    tensor = torch.ones(4)
+    try:
+        agree.release(None, tensor)
+        sys.exit("the played Timeout was not raised")
+    except _C.Timeout:
+        pass
+    first = g.local.frames[0]
+    before = first.clone()
+    try:
+        agree.release("the calls disagree (played)" if leader else None, tensor)
+    except _C.InvalidArgument:
+        assert leader
+    second = g.local.frames[1]
+    print("leader" if leader else "member", "SAME" if second.data_ptr() == first.data_ptr()
+          else "OTHER", "UNCHANGED" if torch.equal(first, before) else "CHANGED")
+"""
+
+
+def test_a_verdict_broadcast_that_failed_keeps_its_frame_from_the_next_call():
+    """Review of issue 30: when the host's broadcast of the verdict raises (a Timeout: the
+    "shm" call stays pending and may still send or receive its frame, docs/semantics.md), the
+    next call's verdict goes in another frame, and the pending one's bytes are not rewritten
+    (before: release() reused its cached header, so a leader's next verdict could reach the
+    late member as the timed-out call's). The group's "shm" part is played (a Work whose wait
+    raises, then one that returns)."""
+    done = subprocess.run([PYTHON, "-c", _RELEASE_AFTER_A_FAILED_WAIT], env=base_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[:2] == ["leader OTHER UNCHANGED", "member OTHER UNCHANGED"], \
+        done.stdout + done.stderr

@@ -287,7 +287,14 @@ class _Agreement:
                             ).reshape(-1).view(torch.uint8)
             else:
                 entry[2] = None  # the broadcast below overwrites the text
-            g.local.broadcast([frame], _broadcast_opts(0)).wait()
+            try:
+                g.local.broadcast([frame], _broadcast_opts(0)).wait()
+            except BaseException:
+                # The "shm" call may still send or receive this frame (a Timeout leaves it
+                # pending, docs/semantics.md): the next call takes another one.
+                if self._headers.get(nbytes) is entry:
+                    del self._headers[nbytes]
+                raise
             if g.leaders is None:
                 if frame_bytes[0] != 0:
                     error = self._decode(frame[:self.HEADER])

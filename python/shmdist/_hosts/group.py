@@ -485,21 +485,23 @@ class ProcessGroupHosts(dist.ProcessGroup):
 
     @_watched("gather")
     def gather(self, output_tensors, input_tensors, opts=None):
-        o = dist.GatherOptions()
-        o.rootRank = opts.rootRank
-        self._order.drain()  # the check meets the hosts over the collectives' groups
-        self._agree.check_all(self._agree.call("gather", self._one(input_tensors, "gather"),
-                                               root=("dst", opts.rootRank)))
-        return self.gloo.gather(output_tensors, input_tensors, o)
+        return self._rooted("gather", "dst", input_tensors, opts.rootRank, dist.GatherOptions(),
+                            lambda o: self.gloo.gather(output_tensors, input_tensors, o))
 
     @_watched("scatter")
     def scatter(self, output_tensors, input_tensors, opts=None):
-        o = dist.ScatterOptions()
-        o.rootRank = opts.rootRank
+        return self._rooted("scatter", "src", output_tensors, opts.rootRank,
+                            dist.ScatterOptions(),
+                            lambda o: self.gloo.scatter(output_tensors, input_tensors, o))
+
+    def _rooted(self, what, role, tensors, root, o, post):
+        """gather and scatter: the check across hosts of `what` (this rank's one tensor of
+        `tensors`, the root said as `role`), then gloo's call, post(o) with o's root set."""
+        o.rootRank = root
         self._order.drain()  # the check meets the hosts over the collectives' groups
-        self._agree.check_all(self._agree.call("scatter", self._one(output_tensors, "scatter"),
-                                               root=("src", opts.rootRank)))
-        return self.gloo.scatter(output_tensors, input_tensors, o)
+        self._agree.check_all(self._agree.call(what, self._one(tensors, what),
+                                               root=(role, root)))
+        return post(o)
 
     # all_to_all only moves data: over gloo among all members (its all_to_all_single; the
     # list form travels as one flat tensor of each rank's pieces).

@@ -10,7 +10,7 @@ import time
 import torch
 
 from .. import _C
-from .works import _Work
+from .works import _OutcomeWork
 
 
 class _Call:
@@ -129,8 +129,9 @@ class _InOrder:
 
     def stop(self, limit):
         """Has the group's thread run what is queued and end, and joins it and the threads
-        completing futures, within `limit` seconds in all (the group's timeout: a queued call
-        ends by then). At exit and on destroy_process_group: a daemon thread that returns from
+        completing futures (and a group's thread that their callbacks start again by posting
+        a collective), within `limit` seconds in all (the group's timeout: a queued call ends
+        by then). At exit and on destroy_process_group: a daemon thread that returns from
         a C++ call (a "shm" or gloo wait, a future's set_result), which released the GIL,
         while Python finalizes is ended by pthread_exit inside that call, and the C++ runtime
         aborts the process after the program ended well (issue 30: about 1 process in 6-10
@@ -139,14 +140,18 @@ class _InOrder:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-            thread = self.thread
         try:
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(max(deadline - time.monotonic(), 0))
-            with self.cond:
-                completing = list(self.completing)
-            for t in completing:
-                if t is not threading.current_thread():  # a callback that destroys the group
+            # Until none is left: a future's callback may post a collective (DDP's PowerSGD
+            # hook) once the group's thread has ended, which starts another. Not the thread
+            # that stops (a callback that destroys the group).
+            while time.monotonic() < deadline:
+                with self.cond:
+                    threads = [t for t in (self.thread, *self.completing)
+                               if t is not None and t is not threading.current_thread()
+                               and t.is_alive()]
+                if not threads:
+                    break
+                for t in threads:
                     t.join(max(deadline - time.monotonic(), 0))
         finally:
             with self.cond:
@@ -195,27 +200,18 @@ def _complete(future, call):
         future.set_exception(call.error)
 
 
-class _InOrderWork(_Work):
+class _InOrderWork(_OutcomeWork):
     """The Work of a collective posted to an _InOrder: wait() returns once it has run and
     raises its error unchanged (PeerFailure, Timeout, InvalidArgument); get_future() is what
     DDP waits on."""
 
     def __init__(self, order, call):
-        super().__init__()
+        super().__init__(call)
         self.order, self.call = order, call
 
     def wait(self, timeout=None):
         self.order.wait(self.call, timeout)
         return True
-
-    def is_completed(self):
-        return self.call.done
-
-    def is_success(self):
-        return self.call.done and self.call.error is None
-
-    def exception(self):
-        return self.call.error
 
     def result(self):
         return self.call.result

@@ -12,7 +12,7 @@ from datetime import timedelta
 import torch
 
 from .. import _C
-from .works import _Work
+from .works import _OutcomeWork
 
 
 class _Claim:
@@ -360,11 +360,11 @@ class _Mailbox:
             raise c.error
 
 
-class _ClaimWork(_Work):
+class _ClaimWork(_OutcomeWork):
     """The Work of a receive through a _Mailbox."""
 
     def __init__(self, box, claim):
-        super().__init__()
+        super().__init__(claim)
         self.box, self.claim = box, claim
 
     def wait(self, timeout=None):
@@ -382,12 +382,6 @@ class _ClaimWork(_Work):
         if not self.claim.done:
             self.box._step()
         return self.claim.done
-
-    def is_success(self):
-        return self.claim.done and self.claim.error is None
-
-    def exception(self):
-        return self.claim.error
 
     def _source_rank(self):
         return self.claim.source

@@ -1,6 +1,7 @@
 """The Work objects of the group across hosts that are not the collectives' own: a completed
-one, a gloo send or receive whose failure is renamed (failures._Deaths), and the Work of a
-coalesced batch.
+one, the base of those whose outcome is a record's (a posted collective, a mailbox's
+receive), a gloo send or receive whose failure is renamed (failures._Deaths), and the Work of
+a coalesced batch.
 """
 
 import torch
@@ -19,6 +20,24 @@ def _done(result):
 
 
 _Work = getattr(dist, "_Work", None) or torch._C._distributed_c10d.Work
+
+
+class _OutcomeWork(_Work):
+    """A Work whose outcome is a record's `done` and `error` (an _InOrder call, a mailbox
+    claim), which is_completed, is_success and exception read."""
+
+    def __init__(self, outcome):
+        super().__init__()
+        self.outcome = outcome
+
+    def is_completed(self):
+        return self.outcome.done
+
+    def is_success(self):
+        return self.outcome.done and self.outcome.error is None
+
+    def exception(self):
+        return self.outcome.error
 
 
 class _WatchedWork(_Work):

@@ -40,6 +40,27 @@ else:
 rank, world = dist.get_rank(), dist.get_world_size()
 from torch.distributed import distributed_c10d as c10d  # noqa: E402
 
+
+def caught_then_after(what, call, times=1, then=None):
+    """The modes whose call every rank must raise: prints "CAUGHT rank=<r> <exception type>:
+    <first line>" (or "FAIL <what> ..." if call() returned) for each of `times` calls, then a
+    correct all_reduce's "AFTER rank=<r> ok" (the failed calls moved nothing), then runs
+    `then` (more checked calls), and leaves."""
+    for _ in range(times):
+        try:
+            call()
+            say(f"FAIL {what} rank={rank}: the call returned")
+        except Exception as e:  # noqa: BLE001 - the test reads what was raised
+            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
+    if then is not None:
+        then()
+    dist.destroy_process_group()
+    sys.exit(0)
+
+
 if mode == "init":
     say(f"INIT rank={rank}")
     dist.destroy_process_group()
@@ -275,16 +296,7 @@ if mode == "cross_mismatch":
             return dist.broadcast(torch.zeros(small), 2 if rank == odd else 0)
         raise SystemExit(f"unknown case {case}")
     dist.barrier()
-    for _ in range(2 if case.endswith("_twice") else 1):
-        try:
-            call()
-            say(f"FAIL cross_mismatch rank={rank}: the call returned")
-        except Exception as e:  # noqa: BLE001 - the test reads what was raised
-            say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
-    t = torch.full((3,), float(rank))
-    dist.all_reduce(t)
-    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
-    if case.endswith("_twice"):
+    def after_twice():
         # The frames after the dropped ones: a 4 B all_reduce in the documented order (hosts
         # [0, 1], [2, 3]: (x0 + x1) + (x2 + x3), bitwise), a small broadcast from host B, a
         # barrier and an all_reduce above the frame's payload (its check only in the frame).
@@ -303,8 +315,10 @@ if mode == "cross_mismatch":
                                        and bool((big == 6.0).all()) else
                                        f"{one.tolist()} {want.tolist()} {b.tolist()} "
                                        f"{big[:3].tolist()}"))
-    dist.destroy_process_group()
-    sys.exit(0)
+
+    if case.endswith("_twice"):
+        caught_then_after("cross_mismatch", call, times=2, then=after_twice)
+    caught_then_after("cross_mismatch", call)
 
 if mode == "any_source_then_other_size":
     # Review 5: rank 0 receives with src=None a message of 4 elements from argv[2]'s first
@@ -471,22 +485,16 @@ if mode == "own_rejection":
     case, bad = sys.argv[2], int(sys.argv[3])
     n = 4 if case.endswith("small") else 300_000
     extra = 1 if rank == bad else 0
-    dist.barrier()
-    try:
+
+    def call():
         if case.startswith("all_gather_into_tensor"):
             dist.all_gather_into_tensor(torch.zeros(n * world + extra), torch.zeros(n))
         elif case.startswith("reduce_scatter_tensor"):
             dist.reduce_scatter_tensor(torch.zeros(n), torch.zeros(n * world + extra))
         else:
             raise SystemExit(f"unknown case {case}")
-        say(f"FAIL own_rejection rank={rank}: the call returned")
-    except Exception as e:  # noqa: BLE001 - the test reads what was raised
-        say(f"CAUGHT rank={rank} {type(e).__name__}: {str(e).splitlines()[0]}")
-    t = torch.full((3,), float(rank))
-    dist.all_reduce(t)
-    say(f"AFTER rank={rank} {'ok' if t.tolist() == [6.0] * 3 else t.tolist()}")
-    dist.destroy_process_group()
-    sys.exit(0)
+    dist.barrier()
+    caught_then_after("own_rejection", call)
 
 if mode == "exit_pending":
     # Item 30 (teardown): rank 0 posts an all_reduce (asyncOp) and an isend of a payload to
@@ -508,6 +516,32 @@ if mode == "exit_pending":
         u = torch.zeros(64)
         dist.recv(u, 0)
         ok = ok and torch.equal(u, torch.arange(64.0))
+    say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
+    sys.exit(0)
+
+if mode == "exit_chained":
+    # Review of issue 30 (teardown): rank 0 posts an all_reduce whose future's callback posts
+    # a second one (as DDP's PowerSGD hook does), half a second after the first completed
+    # (the group's thread, stopping with nothing queued, has ended by then), and leaves
+    # without waiting for either; the others call the first 3 s later, the second 2 s after
+    # it, so rank 0's exit is still in its second when the interpreter would finalize. Every
+    # rank prints what it got; all must exit 0 with the right numbers.
+    dist.barrier()
+    t = torch.full((1000,), float(rank))
+    u = torch.full((10,), float(rank))
+    if rank == 0:
+        def chain(fut):
+            time.sleep(0.5)
+            return dist.all_reduce(u, async_op=True)
+        work = dist.all_reduce(t, async_op=True)
+        pending = [work, work.get_future().then(chain)]
+        say(f"LEFT rank={rank}")
+        sys.exit(0)
+    time.sleep(3)
+    dist.all_reduce(t)
+    time.sleep(2)
+    dist.all_reduce(u)
+    ok = torch.equal(t, torch.full((1000,), 6.0)) and torch.equal(u, torch.full((10,), 6.0))
     say(f"EXITED rank={rank} {'ok' if ok else 'wrong'}")
     sys.exit(0)
 

@@ -1,0 +1,91 @@
+// The host tree's agreement (coll/schedule.hpp, Schedule::agree_on_tree) against messages no
+// shmdist rank sends: one leader's engine on the fake transport (tests/engine), its peers
+// played by the test, so that a corrupt message arrives exactly where the case wants it.
+#define BOOST_TEST_MODULE shmdist host tree
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coll/collectives.hpp"
+#include "coll/schedule.hpp"
+#include "engine/engine_rig.hpp"
+
+using namespace shmdist;
+using namespace shmdist::coll;
+using namespace shmdist::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A key of the world group's internal channel for step `step` of call `seq`.
+MatchKey tree_key(std::uint64_t seq, std::size_t step) {
+  return {0, 0, step_tag(seq, step), transport::kInternalChannel};
+}
+
+// A byte tensor holding `bytes`.
+Tensor byte_tensor(const std::vector<std::byte>& bytes) {
+  Tensor t = zeros(static_cast<std::int64_t>(bytes.size()), kUInt8);
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(host_tree)
+
+// Global rank 0 leads host A (ranks 0, 1); rank 2 leads host B (ranks 2, 3). Every member's
+// fingerprint is the same all_reduce, but rank 1's message carries 4 bytes fewer input than
+// that call has: a corrupt peer. Rank 0 must not reduce (it used to take its host's partial
+// from memory nobody wrote, return it on host A, while host B raised): it raises naming
+// rank 1, sends no partial across and no result down.
+BOOST_AUTO_TEST_CASE(a_mate_whose_input_has_another_size_fails_its_leader) {
+  Rig rig(0, 4, 5000ms);
+  const std::vector<int> members{0, 1, 2, 3};
+  const std::vector<int> host_of{0, 0, 1, 1};
+  CallSetup s;
+  s.engine = rig.engine.get();
+  s.group.members = members;
+  s.group.me = 0;
+  s.seq = 1;
+  s.host_of = host_of;
+  Tensor t = tensor({1.0f, 2.0f, 3.0f, 4.0f});
+  const Completion op = all_reduce(s, t, ReduceOp::SUM);
+
+  CallDescription call;
+  call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
+  call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
+  call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
+  call.fp.group_size = 4;
+  call.fp.seq = 1;
+  call.fp.count = 4;
+  const std::size_t w = wire_size(4);
+  std::vector<std::byte> wire(w);
+  encode(call, 4, wire.data());
+  // Rank 1: its wire and 12 bytes of input where the call says 16.
+  std::vector<std::byte> up = wire;
+  up.resize(w + 12, std::byte{0x7f});
+  rig.arrive(1, byte_tensor(up), tree_key(1, 0));
+  // Rank 2: host B's wires and a well-formed partial.
+  std::vector<std::byte> across = wire;
+  across.insert(across.end(), wire.begin(), wire.end());
+  across.resize(2 * w + 16, std::byte{0});
+  rig.arrive(2, byte_tensor(across), tree_key(1, 1));
+
+  BOOST_CHECK_THROW(rig.engine->wait(*op, 5000ms), Error);
+  BOOST_TEST((op->status == detail::Operation::Status::Failed));
+  const std::string why = error_text(*op);
+  BOOST_TEST(why.find("global rank 1") != std::string::npos, why);
+  BOOST_TEST(why.find("12 bytes") != std::string::npos, why);
+  // Nothing written: the tensor is the input.
+  BOOST_TEST(t.data<float>()[0] == 1.0f);
+  BOOST_TEST(t.data<float>()[3] == 4.0f);
+  // Host B got this host's wires without a partial, rank 1 every wire without a result.
+  BOOST_REQUIRE(rig.wire->outbound[2].size() == 1);
+  BOOST_TEST(rig.wire->outbound[2][0].bytes.size() == 2 * w);
+  BOOST_REQUIRE(rig.wire->outbound[1].size() == 1);
+  BOOST_TEST(rig.wire->outbound[1][0].bytes.size() == 4 * w);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
