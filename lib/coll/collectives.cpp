@@ -159,12 +159,19 @@ void recv(Step& step, int peer, Tensor view) {
 }
 
 // all_reduce across hosts takes the leaders' schedule (folded_reduce) below this size, and
-// the flat one (reduce_slices, in the same order) from it on: measured on 2 emulated hosts
-// x 2 ranks over TCP (docs/hosts.md), the leaders' fewer messages between hosts win for
-// small tensors; for large ones every member moving its slice at once wins (the leaders'
-// schedule was 2-4x slower from 128 KiB up; folded into the agreement, still about 2x
-// slower from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB).
+// from it on the columns' (reduce_by_columns) when the hosts hold as many members each, else
+// the flat one (reduce_slices), all in the same order: measured on 2 emulated hosts x 2 ranks
+// over TCP (docs/hosts.md), the leaders' fewer messages between hosts win for small tensors;
+// for large ones every member moving its part at once wins (the leaders' schedule was 2-4x
+// slower than the flat one from 128 KiB up; folded into the agreement, still about 2x slower
+// from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB; the columns' read
+// 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
+// ... and the columns' below this size only: at 16 MiB they read slower than the flat one
+// (median of 5 interleaved pairs 0.80x, two more loaded sessions 0.75x: 3 steps one after
+// another, each moving half the tensor, where the flat one moves quarters to every member at
+// once); 1.2-2.7x faster from 64 KiB to 2 MiB, within noise at 4-8 MiB (docs/hosts.md).
+constexpr std::uint64_t kColumnsBelow = 16 << 20;
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
 // host's inputs in group-rank order, then the host partials in host order, the partials
@@ -240,6 +247,81 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   }
   Tensor from = sends[b.me()], to = recvs[b.me()];
   step.after = [from, to] { copy_elements(from, to); };
+}
+
+// all_reduce across hosts from kLeadersBelow to kColumnsBelow, when every host holds the same
+// number k of the group's members (the columns: a host's member at place p, in group-rank
+// order, is column p): three data steps after the host tree's agreement, each member doing
+// 1/k of the work, where the flat schedule sends 2 (n - 1) slices of 1/n per member, most of
+// them between hosts. With hosts [0, 1] and [2, 3] (k = 2):
+//   step A, inside each host: member p gets slice p (of k) of every mate's input and reduces
+//           its host's inputs in group-rank order into its own slice: the host's partial of
+//           slice p, rounded to the dtype;
+//   step B, between hosts: member p swaps its partial with column p of every other host (one
+//           message per pair, the only ones between hosts) and reduces the partials in host
+//           order into slice p;
+//   step C, inside each host: every member sends its slice of the result to its mates.
+// So element i is (x0 + x1) + (x2 + x3) on every rank, bitwise reduce_members' order (the
+// same reduce_in_order calls on the same inputs; AVG sums inside the hosts and divides the
+// sum of the partials by the group's size). Each member sends 1/k of the tensor between hosts
+// per other host, against the flat schedule's 2 (n - k) / n.
+bool same_size_hosts(const HostSplit& split) {
+  return std::all_of(split.hosts.begin(), split.hosts.end(),
+                     [&](const std::vector<int>& h) { return h.size() == split.hosts[0].size(); });
+}
+
+void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, ReduceOp op,
+                       const HostSplit& split) {
+  const int n = b.n(), me = b.me();
+  const std::vector<int>& mates = split.hosts[static_cast<std::size_t>(split.mine)];
+  const int k = static_cast<int>(mates.size());
+  const int hosts = static_cast<int>(split.hosts.size());
+  const int p = static_cast<int>(std::find(mates.begin(), mates.end(), me) - mates.begin());
+  const std::int64_t count = tensor.numel();
+  const std::int64_t m = slice_len(count, k, p);
+  const DType dtype = tensor.dtype();
+  const std::size_t es = element_size(dtype);
+  Tensor mine = view_of(tensor, slice_begin(count, k, p), m);
+  // Mates' slices p (step A), then other hosts' partials (step B), by place / host; the own
+  // entry stays unused (the own input and partial are `mine`).
+  Tensor stage = empty({m * std::max(k, hosts)}, dtype);
+  sch.keep(tensor);
+  sch.keep(stage);
+  Step& a = sch.add_step();
+  for (int q = 0; q < k; ++q) {
+    if (q == p) continue;
+    send(a, b.members()[mates[q]],
+         view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
+    recv(a, b.members()[mates[q]], view_of(stage, q * m, m));
+  }
+  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  a.after = [=] {
+    std::vector<const std::byte*> inputs(static_cast<std::size_t>(k));
+    for (int q = 0; q < k; ++q) inputs[q] = q == p ? bytes_of(mine) : bytes_of(stage) + q * m * es;
+    reduce_in_order(inside, dtype, inputs, bytes_of(mine), static_cast<std::size_t>(m), n);
+  };
+  Step& across = sch.add_step();
+  for (int h = 0; h < hosts; ++h) {
+    if (h == split.mine) continue;
+    const int peer =
+        b.members()[split.hosts[static_cast<std::size_t>(h)][static_cast<std::size_t>(p)]];
+    send(across, peer, mine);
+    recv(across, peer, view_of(stage, h * m, m));
+  }
+  const int own = split.mine;
+  across.after = [=] {
+    std::vector<const std::byte*> partials(static_cast<std::size_t>(hosts));
+    for (int h = 0; h < hosts; ++h)
+      partials[h] = h == own ? bytes_of(mine) : bytes_of(stage) + h * m * es;
+    reduce_in_order(op, dtype, partials, bytes_of(mine), static_cast<std::size_t>(m), n);
+  };
+  Step& c = sch.add_step();
+  for (int q = 0; q < k; ++q) {
+    if (q == p) continue;
+    send(c, b.members()[mates[q]], mine);
+    recv(c, b.members()[mates[q]],
+         view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
+  }
 }
 
 // all_reduce across hosts on the leaders' schedule, folded into the host tree's agreement
@@ -506,7 +588,9 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow)
     return finish(b.make(folded_reduce(b, tensor, op)), tensor.nbytes());
   auto sch = b.make();
-  if (b.ok()) {
+  if (b.ok() && split && same_size_hosts(*split) && tensor.nbytes() < kColumnsBelow) {
+    reduce_by_columns(*sch, b, tensor, op, *split);
+  } else if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
     sch->keep(tensor);

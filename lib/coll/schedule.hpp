@@ -50,7 +50,9 @@ struct CallSetup {
 // agreement travels the host tree (Schedule::agree_on_tree) and its reductions are evaluated
 // host by host (collectives.cpp, reduce_members), whichever schedule moves the data; a small
 // all_reduce and every broadcast go inside each host first (shared memory), then among one
-// leader per host (the only messages between hosts), then inside each host again. Hosts are
+// leader per host (the only messages between hosts), then inside each host again; a large
+// all_reduce on hosts of equal size likewise, but among each column of the hosts' members
+// (collectives.cpp, reduce_by_columns) instead of the leaders alone. Hosts are
 // taken in the order of their first member's group rank, each host's members in group-rank
 // order; a host's leader is its first member (for broadcast the root leads its host).
 struct HostSplit {

@@ -227,12 +227,14 @@ std::string bits_of(float v) {
 // all_reduce and reduce over `members` (this rank among them) give bitwise the documented
 // order's result for values whose order matters, for every op, at odd sizes, below and above
 // the one-MPI-message limit (32 KiB) and the size from which all_reduce across hosts works by
-// slices (64 KiB: 20001 floats); broadcast reaches every member from 3 roots.
+// slices (64 KiB: 20001 floats; by columns where every host holds as many members, a,b,b,a
+// and a,a,b,b,c,c: 20001 and 70001 floats, odd, so the columns' slices differ by one, 70001
+// in slices larger than a packed MPI message); broadcast reaches every member from 3 roots.
 void reduce_order_in(const std::vector<int>& members, const dist::Group& group,
                      const std::string& where) {
   const int n = static_cast<int>(members.size());
   const auto plus = [](float a, float b) { return a + b; };
-  for (const std::int64_t count : {1, 7, 1001, 12289, 20001}) {
+  for (const std::int64_t count : {1, 7, 1001, 12289, 20001, 70001}) {
     const std::string at = where + ", " + std::to_string(count) + " elements";
     const auto input = [&](int r) {
       dist::Tensor t = dist::empty({count}, dist::kFloat32);
