@@ -49,9 +49,9 @@ def test_two_hosts_two_ranks_each():
     """all_reduce bitwise equal on every rank and equal to the documented order's sum,
     reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
     and across hosts, AVG, reduce_scatter (both forms) in the documented order, all_to_all
-    (both forms), refusals naming "across hosts"; an all_reduce large enough for the split
-    path (each rank of a host carries a slice between hosts) bitwise equal on every rank and
-    to the documented order; nothing left in either /dev/shm."""
+    (both forms), refusals naming "across hosts"; an all_reduce large enough for the
+    pipelined path (the leaders' schedule in pieces whose steps overlap) bitwise equal on
+    every rank and to the documented order; nothing left in either /dev/shm."""
     reports = run_hosts([[0, 1], [2, 3]], "ops")
     ranks = _ranks(reports)
     text = _show(reports)
@@ -64,9 +64,9 @@ def test_two_hosts_two_ranks_each():
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
-    splits = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
-              if line.startswith("SPLITDIGEST ")]
-    assert len(splits) == 4 and len(set(splits)) == 1, text  # the split path (8 MiB + 12 B)
+    piped = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+             if line.startswith("PIPEDIGEST ")]
+    assert len(piped) == 4 and len(set(piped)) == 1, text  # the pipelined path (2 MiB + 12 B)
     nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
             if line.startswith("NANDIGEST ")}
     assert len(nans) == 1, text
@@ -352,8 +352,8 @@ CROSS_MISMATCH = {
                     "all_reduce(op=SUM, torch.float32, 8 elements)"),
     "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
                     "all_reduce(op=SUM, torch.float32, 300001 elements)"),
-    "count_split": ("all_reduce(op=SUM, torch.float32, 2097152 elements)",
-                    "all_reduce(op=SUM, torch.float32, 2097153 elements)"),
+    "count_pipelined": ("all_reduce(op=SUM, torch.float32, 524288 elements)",
+                        "all_reduce(op=SUM, torch.float32, 524289 elements)"),
     "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
                              "all_reduce(op=SUM, torch.float32, 300000 elements)"),
     "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
