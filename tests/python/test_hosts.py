@@ -66,7 +66,7 @@ def test_two_hosts_two_ranks_each():
     assert len(digests) == 1, text
     piped = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
              if line.startswith("PIPEDIGEST ")]
-    assert len(piped) == 4 and len(set(piped)) == 1, text  # the pipelined path (2 MiB + 12 B)
+    assert len(piped) == 4 and len(set(piped)) == 1, text  # the pipelined path (4 MiB + 12 B)
     nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
             if line.startswith("NANDIGEST ")}
     assert len(nans) == 1, text
@@ -352,8 +352,8 @@ CROSS_MISMATCH = {
                     "all_reduce(op=SUM, torch.float32, 8 elements)"),
     "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
                     "all_reduce(op=SUM, torch.float32, 300001 elements)"),
-    "count_pipelined": ("all_reduce(op=SUM, torch.float32, 524288 elements)",
-                        "all_reduce(op=SUM, torch.float32, 524289 elements)"),
+    "count_pipelined": ("all_reduce(op=SUM, torch.float32, 1048576 elements)",
+                        "all_reduce(op=SUM, torch.float32, 1048577 elements)"),
     "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
                              "all_reduce(op=SUM, torch.float32, 300000 elements)"),
     "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
@@ -399,7 +399,7 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
 
 
 @pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000),
-                                    ("inside_host_b_split", 2_097_152)])
+                                    ("inside_host_b_pipelined", 1_048_576)])
 def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case, n):
     """Issue 30: global rank 3 (host B) calls all_reduce of n + 1 elements, the others of n:
     host B finds it (its "shm" part, or for more than 4 KiB its leader comparing the calls it

@@ -41,9 +41,9 @@ class ProcessGroupHosts(dist.ProcessGroup):
     (x0 + x1) + (x2 + x3), bitwise equal on every rank."""
 
     # Bytes from which an all_reduce on the leaders' schedule moves in pieces of PIECE bytes
-    # whose steps overlap (_allreduce_pipelined).
-    PIPELINE = 2 << 20
-    PIECE = 1 << 20
+    # whose steps overlap (_allreduce_pipelined; docs/hosts.md says how they were chosen).
+    PIPELINE = 4 << 20
+    PIECE = 2 << 20
 
     def __init__(self, rank, size, hosts, local, gloo, leaders, global_ranks):
         super().__init__(rank, size)

@@ -213,10 +213,10 @@ if mode == "cross_mismatch":
             # Rank 0 sends 1 element to rank 2, which expects 2 from it.
             return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
                                           else [2, 1, 1, 0], [1, 1, 1, 1])
-        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_split"):
+        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_pipelined"):
             # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
             n = {"inside_host_b": small, "inside_host_b_large": large,
-                 "inside_host_b_split": split}[case]
+                 "inside_host_b_pipelined": piped}[case]
             return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
         if case == "inside_host_b_all_gather":
             # Review 6: host B's leader (rank 2) calls all_gather, the others all_reduce: the
