@@ -654,3 +654,28 @@ def test_a_small_broadcast_whose_host_disagrees_on_the_source_raises_everywhere(
         assert f"AFTER rank={r} ok" in res["out"], text
     for report in reports:
         assert report["left_in_dev_shm"] == [], report["left_in_dev_shm"]
+
+
+def test_hosts_sharing_a_machine_count_their_share_of_its_cpus():
+    """Issue 30: a host's "shm" job whose machine also runs other hosts' ranks (emulated
+    hosts, containers with their own /dev/shm) is created with SHMDIST_LOCAL_CPUS = its share
+    of this process's CPUs (so its waits yield instead of spinning on a CPU the other hosts
+    need); none when the host is alone on its machine, when the share is all the CPUs, or when
+    the user set SHMDIST_LOCAL_CPUS."""
+    script = (
+        "import os\n"
+        "from shmdist._hosts.create import _cpu_share\n"
+        "os.environ.pop('SHMDIST_LOCAL_CPUS', None)\n"
+        "os.sched_getaffinity = lambda pid: {0, 1, 2, 3}\n"
+        "got = [_cpu_share(2, 2), _cpu_share(2, 4), _cpu_share(2, 8), _cpu_share(2, 16),\n"
+        "       _cpu_share(3, 4), _cpu_share(1, 1)]\n"
+        "os.sched_getaffinity = lambda pid: {5}\n"  # pinned: the machine's CPUs count
+        "os.cpu_count = lambda: 2\n"
+        "got.append(_cpu_share(2, 4))\n"
+        "os.environ['SHMDIST_LOCAL_CPUS'] = '2'\n"
+        "got.append(_cpu_share(2, 4))\n"
+        "print(got)\n")
+    r = subprocess.run([PYTHON, "-c", script], env=base_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[None, 2, 1, 1, 3, None, 1, None]", r.stdout + r.stderr
