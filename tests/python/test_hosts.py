@@ -49,9 +49,9 @@ def test_two_hosts_two_ranks_each():
     """all_reduce bitwise equal on every rank and equal to the documented order's sum,
     reduce, broadcast, p2p inside and across hosts, all_gather, barrier, sub-groups inside
     and across hosts, AVG, reduce_scatter (both forms) in the documented order, all_to_all
-    (both forms), refusals naming "across hosts"; an all_reduce large enough for the split
-    path (each rank of a host carries a slice between hosts) bitwise equal on every rank and
-    to the documented order; nothing left in either /dev/shm."""
+    (both forms), refusals naming "across hosts"; an all_reduce large enough for the
+    pipelined path (the leaders' schedule in pieces whose steps overlap) bitwise equal on
+    every rank and to the documented order; nothing left in either /dev/shm."""
     reports = run_hosts([[0, 1], [2, 3]], "ops")
     ranks = _ranks(reports)
     text = _show(reports)
@@ -64,9 +64,9 @@ def test_two_hosts_two_ranks_each():
     digests = {line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
                if line.startswith("DIGEST ")}
     assert len(digests) == 1, text
-    splits = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
-              if line.startswith("SPLITDIGEST ")]
-    assert len(splits) == 4 and len(set(splits)) == 1, text  # the split path (8 MiB + 12 B)
+    piped = [line.split()[2] for res in ranks.values() for line in res["out"].splitlines()
+             if line.startswith("PIPEDIGEST ")]
+    assert len(piped) == 4 and len(set(piped)) == 1, text  # the pipelined path (4 MiB + 12 B)
     nans = {line.split(" ", 2)[2] for res in ranks.values() for line in res["out"].splitlines()
             if line.startswith("NANDIGEST ")}
     assert len(nans) == 1, text
@@ -370,8 +370,8 @@ CROSS_MISMATCH = {
                     "all_reduce(op=SUM, torch.float32, 8 elements)"),
     "count_large": ("all_reduce(op=SUM, torch.float32, 300000 elements)",
                     "all_reduce(op=SUM, torch.float32, 300001 elements)"),
-    "count_split": ("all_reduce(op=SUM, torch.float32, 2097152 elements)",
-                    "all_reduce(op=SUM, torch.float32, 2097153 elements)"),
+    "count_pipelined": ("all_reduce(op=SUM, torch.float32, 1048576 elements)",
+                        "all_reduce(op=SUM, torch.float32, 1048577 elements)"),
     "count_small_vs_large": ("all_reduce(op=SUM, torch.float32, 4 elements)",
                              "all_reduce(op=SUM, torch.float32, 300000 elements)"),
     "dtype": ("all_reduce(op=SUM, torch.float32, 4 elements)",
@@ -409,7 +409,7 @@ def test_a_collective_mismatch_between_hosts_raises_everywhere(case):
 
 
 @pytest.mark.parametrize("case,n", [("inside_host_b", 4), ("inside_host_b_large", 300_000),
-                                    ("inside_host_b_split", 2_097_152)])
+                                    ("inside_host_b_pipelined", 1_048_576)])
 def test_a_collective_mismatch_inside_one_host_raises_on_the_other_host_too(case, n):
     """Issue 30: global rank 3 (host B) calls all_reduce of n + 1 elements, the others of n:
     host B finds it (its "shm" part, or for more than 4 KiB its leader comparing the calls it
@@ -756,3 +756,28 @@ def test_a_verdict_broadcast_that_failed_keeps_its_frame_from_the_next_call():
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split("\n")[:2] == ["leader OTHER UNCHANGED", "member OTHER UNCHANGED"], \
         done.stdout + done.stderr
+
+
+def test_hosts_sharing_a_machine_count_their_share_of_its_cpus():
+    """Issue 30: a host's "shm" job whose machine also runs other hosts' ranks (emulated
+    hosts, containers with their own /dev/shm) is created with SHMDIST_LOCAL_CPUS = its share
+    of this process's CPUs (so its waits yield instead of spinning on a CPU the other hosts
+    need); none when the host is alone on its machine, when the share is all the CPUs, or when
+    the user set SHMDIST_LOCAL_CPUS."""
+    script = (
+        "import os\n"
+        "from shmdist._hosts.create import _cpu_share\n"
+        "os.environ.pop('SHMDIST_LOCAL_CPUS', None)\n"
+        "os.sched_getaffinity = lambda pid: {0, 1, 2, 3}\n"
+        "got = [_cpu_share(2, 2), _cpu_share(2, 4), _cpu_share(2, 8), _cpu_share(2, 16),\n"
+        "       _cpu_share(3, 4), _cpu_share(1, 1)]\n"
+        "os.sched_getaffinity = lambda pid: {5}\n"  # pinned: the machine's CPUs count
+        "os.cpu_count = lambda: 2\n"
+        "got.append(_cpu_share(2, 4))\n"
+        "os.environ['SHMDIST_LOCAL_CPUS'] = '2'\n"
+        "got.append(_cpu_share(2, 4))\n"
+        "print(got)\n")
+    r = subprocess.run([PYTHON, "-c", script], env=base_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[None, 2, 1, 1, 3, None, 1, None]", r.stdout + r.stderr

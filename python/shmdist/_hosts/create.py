@@ -3,6 +3,7 @@ watcher of deaths) and its sub-groups, which torch asks backend "shm" for.
 """
 
 import atexit
+import os
 import threading
 import weakref
 
@@ -35,11 +36,11 @@ def create(store, rank, size, timeout, group_name, global_ranks_in_group):
     # The group is a job of its own (the world, or a group whose world is not on "shm").
     if size == 1 or _one_host_by_launcher():
         return None
-    hosts, prefix = find_hosts(store, rank, size, timeout, ranks or list(range(size)))
+    hosts, prefix, machine = find_hosts(store, rank, size, timeout, ranks or list(range(size)))
     if len(hosts) == 1:
         return None
     group = _compose(store, prefix, rank, size, timeout, group_name, hosts,
-                     ranks or list(range(size)), world_job=not ranks)
+                     ranks or list(range(size)), world_job=not ranks, machine=machine)
     _track(group)
     if not ranks:
         _world = weakref.ref(group)
@@ -61,12 +62,32 @@ def _stop_watching(deaths, watcher):
     watcher.join(timeout=2 * _Deaths.POLL + 1.0)
 
 
+def _cpu_share(host_ranks, machine_ranks):
+    """SHMDIST_LOCAL_CPUS for a host's "shm" job whose `host_ranks` ranks share this machine
+    with `machine_ranks` ranks in all (other hosts' ranks too: containers or mount namespaces
+    of one machine), when that is fewer CPUs than the job would count itself (lib/base/cpus:
+    this process's CPUs); else None. The job's waits then give their CPU away instead of
+    spinning when its ranks outnumber their share (docs/hosts.md: a spinning host mate took
+    the CPU that the other hosts' ranks needed)."""
+    if machine_ranks <= host_ranks or os.environ.get("SHMDIST_LOCAL_CPUS"):
+        return None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = 0
+    if cpus <= 1:  # pinned to one CPU (says nothing of the job's share), as lib/base/cpus
+        cpus = os.cpu_count() or 1
+    share = max(1, cpus * host_ranks // machine_ranks)
+    return share if share < cpus else None
+
+
 def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks, world_job,
-             local_ranks=None):
+             local_ranks=None, machine=0):
     """A ProcessGroupHosts over `hosts` (lists of group ranks). Its "shm" part is a job of its
     own per host (`local_ranks` None: the world's, or that of a group whose world is not on
     "shm") or a sub-group of this host's world job (`local_ranks`: the world job's ranks of
-    this host's members, in group-rank order)."""
+    this host's members, in group-rank order). `machine`: the group's ranks on this rank's
+    machine (find_hosts), which the host's job counts its CPUs by (_cpu_share)."""
     h = next(i for i, host in enumerate(hosts) if rank in host)
     host = hosts[h]
     local_store = dist.PrefixStore(prefix + "host" + str(h) + "/", store)
@@ -79,23 +100,22 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
     # A job of its own names its ranks in errors by their global ranks (a sub-group's world
     # job already does).
     names = [global_ranks[r] for r in host] if local_ranks is None else []
-    local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
-                                     group_name, members, names)
+    share = _cpu_share(len(host), machine) if local_ranks is None else None
+    if share is not None:
+        # The job reads it once, when it is created (lib/base/config); unset again after.
+        os.environ["SHMDIST_LOCAL_CPUS"] = str(share)
+    try:
+        local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
+                                         group_name, members, names)
+    finally:
+        if share is not None:
+            del os.environ["SHMDIST_LOCAL_CPUS"]
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
     leaders = None
     if rank == host[0]:
         leaders = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "leaders/", store), h,
                                         len(hosts), timeout)
-    # Hosts of equal size k >= 2: the i-th ranks of the hosts form column i (column 0 is the
-    # leaders), over which each rank carries 1/k of a large all_reduce's traffic between hosts
-    # (ProcessGroupHosts._allreduce_split). Every rank knows every host's size, so all or none
-    # create them.
-    column = None
-    if len({len(each) for each in hosts}) == 1 and len(host) > 1:
-        column = leaders if rank == host[0] else dist.ProcessGroupGloo(
-            dist.PrefixStore(prefix + "column" + str(host.index(rank)) + "/", store), h,
-            len(hosts), timeout)
-    group = ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks, column)
+    group = ProcessGroupHosts(rank, size, hosts, local, gloo, leaders, global_ranks)
     group.timeout = timeout
     return group
 

@@ -40,12 +40,12 @@ class ProcessGroupHosts(dist.ProcessGroup):
     each leader broadcasts inside its host. With hosts [0, 1] and [2, 3], SUM is
     (x0 + x1) + (x2 + x3), bitwise equal on every rank."""
 
-    # Bytes from which an all_reduce of a group whose hosts have equal sizes k >= 2 splits the
-    # traffic between hosts over all ranks (_allreduce_split); below, one leader per host
-    # carries it.
-    SPLIT = 8 << 20
+    # Bytes from which an all_reduce on the leaders' schedule moves in pieces of PIECE bytes
+    # whose steps overlap (_allreduce_pipelined; docs/hosts.md says how they were chosen).
+    PIPELINE = 4 << 20
+    PIECE = 2 << 20
 
-    def __init__(self, rank, size, hosts, local, gloo, leaders, global_ranks, column=None):
+    def __init__(self, rank, size, hosts, local, gloo, leaders, global_ranks):
         super().__init__(rank, size)
         self.hosts = hosts
         self._host_of = {r: h for h, host in enumerate(hosts) for r in host}
@@ -54,9 +54,6 @@ class ProcessGroupHosts(dist.ProcessGroup):
         self.local = local
         self.gloo = gloo
         self.leaders = leaders
-        # gloo among the ranks of this rank's index on every host (the leaders' group for
-        # index 0), when the hosts have equal sizes k >= 2; else None on every rank.
-        self.column = column
         self.global_ranks = list(global_ranks)
         self.deaths = None  # the world's _Deaths (set by the creator)
         self._coalesced = None  # the Works posted since _start_coalescing, while coalescing
@@ -252,11 +249,10 @@ class ProcessGroupHosts(dist.ProcessGroup):
                 raise
             raise type(e)(_global_rank_text(str(e), self.global_ranks)) from e
 
-    def _combine_hosts(self, tensor, op, group=None):
-        """On a leader (or, with `group` = self.column, on any rank for its slice): the host
-        partials gathered over `group` (the leaders' by default, one member per host in host
-        order) and combined in host order, into tensor."""
-        group = self.leaders if group is None else group
+    def _combine_hosts(self, tensor, op):
+        """On a leader: the host partials gathered over the leaders' group (one member per
+        host, in host order) and combined in host order, into tensor."""
+        group = self.leaders
         # The choice depends only on what the leaders agreed on (op, dtype, hosts), never on a
         # leader's own tensor layout: leaders taking different gloo collectives would wait for
         # each other to the timeout (review 6). A layout gloo cannot take in place goes
@@ -333,8 +329,8 @@ class ProcessGroupHosts(dist.ProcessGroup):
         if self._agree.small(tensor) and call.startswith("all_reduce"):
             return self._allreduce_small(tensor, op, avg, call)
         self._agree.check_all(call)  # issue 30: before any message of the tensor's size
-        if self.column is not None and tensor.numel() * tensor.element_size() >= self.SPLIT:
-            return self._allreduce_split(tensor, op, avg)
+        if tensor.numel() * tensor.element_size() >= self.PIPELINE:
+            return self._allreduce_pipelined(tensor, op, avg)
         self.local.reduce([tensor], _reduce_opts(0, op)).wait()
         if self.leaders is not None:
             self._combine_hosts(tensor, op)
@@ -342,28 +338,51 @@ class ProcessGroupHosts(dist.ProcessGroup):
                 tensor.div_(self.size())
         self.local.broadcast([tensor], _broadcast_opts(0)).wait()
 
-    def _allreduce_split(self, tensor, op, avg):
-        """_allreduce_one of at least SPLIT bytes when every host has k >= 2 ranks: the tensor
-        in k slices, slice i reduced inside each host to its rank i (in rank order, over
-        "shm"), combined across hosts by the i-th ranks of the hosts over their column's gloo
-        group (in host order, as _combine_hosts does for the leaders), then broadcast inside
-        each host from rank i. Every element is computed as the leaders' schedule computes it
-        (the same bits), but each rank carries 1/k of the traffic between hosts, over k
-        connections at once, instead of one leader all of it. Which path a call takes depends
-        only on what every rank knows alike (the checked call's size, the hosts' sizes)."""
+    def _post_combine(self, piece, op):
+        """On a leader: _combine_hosts of the contiguous `piece`, posted to gloo's threads;
+        returns the callable that waits for it and writes the host order's result into
+        `piece` (the same bits)."""
+        group = self.leaders
+        if len(self.hosts) == 2 and _kind(op) == _kind(dist.ReduceOp.SUM) and \
+                piece.dtype in _SUM_OVER_GLOO:
+            return group.allreduce([piece]).wait  # in place, as _combine_hosts says why
+        parts = [torch.empty_like(piece) for _ in self.hosts]
+        work = group.allgather([parts], [piece])
+        combine = _COMBINE[_kind(op)]
+
+        def finish():
+            work.wait()
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = combine(acc, part)
+            piece.copy_(acc)
+        return finish
+
+    def _allreduce_pipelined(self, tensor, op, avg):
+        """_allreduce_one of at least PIPELINE bytes on the leaders' schedule, in pieces of
+        PIECE bytes, so that the steps overlap: each piece is reduced inside the host to the
+        leader (over "shm"), and its combination across hosts is posted to the leaders' gloo
+        group at once (gloo's threads run it), while the next piece is reduced; then, piece by
+        piece, the leader waits for it and broadcasts it inside the host. Every element is
+        computed as the leaders' schedule computes it (rank order inside each host, then host
+        order: the same bits); the pieces' boundaries and count depend only on the checked
+        call's size, so every rank makes the same calls in the same order."""
         plain = tensor.is_contiguous() and not tensor.is_conj() and not tensor.is_neg()
         flat = (tensor if plain else tensor.resolve_conj().resolve_neg().contiguous()).view(-1)
-        k = len(self.hosts[self._host])
         n = flat.numel()
-        slices = [flat[n * i // k:n * (i + 1) // k] for i in range(k)]
-        for i, piece in enumerate(slices):
-            self.local.reduce([piece], _reduce_opts(i, op)).wait()
-        mine = slices[self._local_rank[self.rank()]]
-        self._combine_hosts(mine, op, self.column)
-        if avg:
-            mine.div_(self.size())
-        for i, piece in enumerate(slices):
-            self.local.broadcast([piece], _broadcast_opts(i)).wait()
+        step = max(1, self.PIECE // flat.element_size())
+        pieces = [flat[i:i + step] for i in range(0, n, step)]
+        finish = []
+        for piece in pieces:
+            self.local.reduce([piece], _reduce_opts(0, op)).wait()
+            if self.leaders is not None:
+                finish.append(self._post_combine(piece, op))
+        for i, piece in enumerate(pieces):
+            if self.leaders is not None:
+                finish[i]()
+                if avg:
+                    piece.div_(self.size())
+            self.local.broadcast([piece], _broadcast_opts(0)).wait()
         if not plain:
             tensor.copy_(flat.view(tensor.shape))
 

@@ -37,6 +37,18 @@ def _probe_name(tag):
         secrets.token_hex(16)
 
 
+def _kernel():
+    """This machine's kernel instance (its boot id), "-" if unknown: hosts whose ranks read
+    the same one (containers or mount namespaces of one machine, each with its own /dev/shm)
+    share its CPUs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return "-"
+    return boot if re.fullmatch(r"[0-9a-f-]{1,64}", boot) else "-"
+
+
 def _one_host_by_launcher():
     """Whether the launcher says, beyond doubt, that every rank is on this host: shmrun
     (which hands its ranks the job's segment, SHMDIST_SEGMENT_FD) starts ranks on one host."""
@@ -143,9 +155,11 @@ class _Probe:
 
 def find_hosts(store, rank, size, timeout, global_ranks):
     """The ranks of the group grouped by host: a list of hosts, each the sorted list of its
-    group ranks, hosts ordered by their lowest rank; and the store prefix of this probe (for
-    the groups made next). Every member calls it with the same store; it leaves nothing in
-    /dev/shm, also when it raises."""
+    group ranks, hosts ordered by their lowest rank; the store prefix of this probe (for the
+    groups made next); and how many ranks of the group run on this rank's machine (its
+    kernel, _kernel: more than its host's when emulated hosts share the machine's CPUs).
+    Every member calls it with the same store; it leaves nothing in /dev/shm, also when it
+    raises."""
     gen = store.add(_KEY + "gen/" + str(rank), 1)
     prefix = _KEY + str(gen) + "/"
     probe = _Probe(store, prefix, rank, size, timeout, global_ranks)
@@ -158,16 +172,22 @@ def find_hosts(store, rank, size, timeout, global_ranks):
             os.write(fd, token.encode())
         finally:
             os.close(fd)
-        store.set(prefix + "probe/" + str(rank), str(size) + " " + name + " " + token)
+        kernel = _kernel()
+        store.set(prefix + "probe/" + str(rank), str(size) + " " + name + " " + token + " " +
+                  kernel)
         probe.here("probe")
         mates = []
+        machine = 0
         for r in range(size):
             text = probe.get(r, "publish their host probe", "probe")
             fields = text.split(" ")
-            if len(fields) != 3 or not fields[1].startswith("shmdist-") or "/" in fields[1]:
+            if len(fields) != 4 or not fields[1].startswith("shmdist-") or "/" in fields[1]:
                 probe.fail("the store's host probe of rank " + str(r) + " is '" + text +
-                           "': expected '<world size> <name> <token>' written by shmdist; is "
-                           "another program using the same store?")
+                           "': expected '<world size> <name> <token> <boot id>' written by "
+                           "shmdist; is another program (or another shmdist release) using "
+                           "the same store?")
+            if kernel != "-" and fields[3] == kernel:
+                machine += 1
             if fields[0] != str(size):
                 probe.fail("rank " + str(r) + " was started with a world (group) size of " +
                            fields[0] + " but " + probe.me + " with " + str(size) + "; start "
@@ -192,7 +212,7 @@ def find_hosts(store, rank, size, timeout, global_ranks):
                     "the probes of ranks " + str(host) + " in /dev/shm, rank " + str(r) +
                     " those of " + str(list(rows[r])) + "; is /dev/shm shared in part (a "
                     "bind mount, another user's tmpfs)? Give every host one /dev/shm")
-    return hosts, prefix
+    return hosts, prefix, max(machine, len(next(h for h in hosts if rank in h)))
 
 
 def _reads(name, token):

@@ -237,15 +237,15 @@ if mode == "cross_mismatch":
     case = sys.argv[2]
     host_a = rank < 2
     small, large = 4, 300_000  # large: above the composite's small-frame limit (4 KiB)
-    split = shmdist.torch.ProcessGroupHosts.SPLIT // 4  # float32 elements of the split path
+    piped = shmdist.torch.ProcessGroupHosts.PIPELINE // 4  # float32 elements, pipelined path
 
     def call():
         if case == "all_reduce_vs_broadcast":
             t = torch.zeros(small)
             return dist.all_reduce(t) if host_a else dist.broadcast(t, 2)
-        if case in ("count_small", "count_large", "count_small_vs_large", "count_split"):
+        if case in ("count_small", "count_large", "count_small_vs_large", "count_pipelined"):
             a, b = {"count_small": (small, 8), "count_large": (large, large + 1),
-                    "count_small_vs_large": (small, large), "count_split": (split, split + 1)
+                    "count_small_vs_large": (small, large), "count_pipelined": (piped, piped + 1)
                     }[case]
             return dist.all_reduce(torch.zeros(a if host_a else b))
         if case == "dtype":
@@ -263,13 +263,13 @@ if mode == "cross_mismatch":
             # Rank 0 sends 1 element to rank 2, which expects 2 from it.
             return dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1, 1] if host_a
                                           else [2, 1, 1, 0], [1, 1, 1, 1])
-        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_split",
+        if case in ("inside_host_b", "inside_host_b_large", "inside_host_b_pipelined",
                     "inside_host_b_twice"):
             # Host B's ranks disagree among themselves (rank 3 one more element), host A agrees.
             # "twice": two such calls in a row, so host B's leader leaves two calls without
             # reading host A's frames of them (link._FrameLink drops them at its next call).
             n = {"inside_host_b": small, "inside_host_b_large": large,
-                 "inside_host_b_split": split, "inside_host_b_twice": small}[case]
+                 "inside_host_b_pipelined": piped, "inside_host_b_twice": small}[case]
             return dist.all_reduce(torch.zeros(n + 1 if rank == 3 else n))
         if case == "inside_host_b_all_gather":
             # Review 6: host B's leader (rank 2) calls all_gather, the others all_reduce: the
@@ -612,24 +612,24 @@ def all_reduce_documented_order():
     expect_equal(t, torch.maximum(torch.maximum(values(0, n), values(1, n)),
                                   torch.maximum(values(2, n), values(3, n))),
                  "all_reduce MAX of 320 KB")
-    # At least ProcessGroupHosts.SPLIT bytes on hosts of equal size: each rank of a host
-    # reduces one slice inside the host and carries it between hosts over its column's gloo
-    # group; the same order, so the same bits. An odd count (slices of unequal size); SUM
-    # (gloo's all_reduce per column), MAX (an all-gather per column), AVG of a non-contiguous
-    # view (through a contiguous copy, written back).
-    pg = c10d._get_default_group()
-    expect(pg.column is not None, "the split path's column groups exist on every rank")
-    n = shmdist.torch.ProcessGroupHosts.SPLIT // 4 + 3
+    # At least ProcessGroupHosts.PIPELINE bytes: the leaders' schedule in pieces of PIECE
+    # bytes, each piece's step between hosts posted while the next is reduced inside the host;
+    # the same order, so the same bits. A count that leaves a last piece of 12 bytes; SUM
+    # (the leaders' gloo all_reduce per piece), MAX (an all-gather per piece), AVG of a
+    # non-contiguous view (through a contiguous copy, written back).
+    hosts_cls = shmdist.torch.ProcessGroupHosts
+    n = hosts_cls.PIPELINE // 4 + 3
+    expect(n * 4 > 2 * hosts_cls.PIECE, "the pipelined call has at least three pieces")
     inputs = [values(r, n) for r in range(world)]
     t = inputs[rank].clone()
     dist.all_reduce(t)
-    expect_equal(t, sum_in_documented_order(inputs), "all_reduce SUM of SPLIT bytes + 12")
-    say(f"SPLITDIGEST {rank} {hashlib.sha256(t.numpy().tobytes()).hexdigest()}")
+    expect_equal(t, sum_in_documented_order(inputs), "all_reduce SUM of PIPELINE bytes + 12")
+    say(f"PIPEDIGEST {rank} {hashlib.sha256(t.numpy().tobytes()).hexdigest()}")
     t = inputs[rank].clone()
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     expect_equal(t, torch.maximum(torch.maximum(inputs[0], inputs[1]),
                                   torch.maximum(inputs[2], inputs[3])),
-                 "all_reduce MAX of SPLIT bytes + 12")
+                 "all_reduce MAX of PIPELINE bytes + 12")
     both = torch.stack([inputs[rank], torch.zeros(n)], 1)
     t = both[:, 0]
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
