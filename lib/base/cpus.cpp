@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace shmdist::cpus {
 
 std::vector<int> allowed() {
@@ -26,6 +28,15 @@ int for_job(std::optional<int> local_cpus) {
     return online > 0 ? static_cast<int>(online) : 1;
   }
   return allowed;
+}
+
+std::optional<int> machine_share(int host_ranks, int machine_ranks) {
+  if (host_ranks <= 0 || machine_ranks <= host_ranks) return std::nullopt;
+  const int cpus = for_job(std::nullopt);
+  const int share = std::max(1, static_cast<int>(static_cast<long long>(cpus) * host_ranks /
+                                                 machine_ranks));
+  if (share >= cpus) return std::nullopt;
+  return share;
 }
 
 }  // namespace shmdist::cpus

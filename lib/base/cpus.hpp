@@ -20,6 +20,14 @@ std::vector<int> allowed();
 // says nothing about the job's share), the online CPUs. At least 1.
 int for_job(std::optional<int> local_cpus);
 
+// The CPUs a host's `host_ranks` ranks may count on when the machine also runs other hosts'
+// ranks of the job, `machine_ranks` in all (hosts emulated on one machine, containers or
+// mount namespaces of one kernel with a /dev/shm each): this process's CPUs (as for_job
+// counts them) in proportion, at least 1. nullopt when the host has the machine alone or the
+// share is not fewer than for_job would count: a host's ranks that spin as if they had every
+// CPU take the CPUs the other hosts' ranks need.
+std::optional<int> machine_share(int host_ranks, int machine_ranks);
+
 // Whether `ranks` ranks that want to run at the same time are more than `cpus` CPUs can run:
 // then a waiting rank gives its CPU away instead of spinning on it.
 constexpr bool oversubscribed(int ranks, int cpus) { return ranks > cpus; }

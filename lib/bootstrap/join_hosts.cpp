@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "base/cpus.hpp"
 #include "base/env.hpp"
 #include "bootstrap/rendezvous.hpp"
 #include "transport/mpi_transport.hpp"
@@ -15,11 +16,20 @@
 
 namespace shmdist::detail {
 
-std::string host_identity(const config::Config& config) {
-  if (config.host_id) return *config.host_id;
+namespace {
+// The running kernel's boot id: the same for every process of one machine (its containers
+// and mount namespaces too), different on every other. Empty if it cannot be read.
+std::string boot_id() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string id;
-  if (boot && std::getline(boot, id) && !id.empty()) return "boot:" + id;
+  if (boot && std::getline(boot, id)) return id;
+  return {};
+}
+}  // namespace
+
+std::string host_identity(const config::Config& config) {
+  if (config.host_id) return *config.host_id;
+  if (const std::string id = boot_id(); !id.empty()) return "boot:" + id;
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof name - 1) == 0 && name[0]) return "host:" + std::string(name);
   throw SetupError("cannot tell which host this rank runs on (no boot id, no host name); set "
@@ -69,6 +79,17 @@ JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
   JoinedWorld joined =
       join_by_rendezvous(local_rank, static_cast<int>(local_members.size()),
                          mpi_job_id() + "/host:" + me, options, config, wrap, local_members);
+  // Hosts that share this machine (SHMDIST_HOST_ID set apart on one kernel) share its CPUs:
+  // this host's ranks count their share (cpus::machine_share), as SHMDIST_LOCAL_CPUS would
+  // say, unless that is set. Otherwise each host's waits spin as if it had every CPU, and a
+  // rank waiting for its leader keeps a CPU that the leaders' exchange needs.
+  const std::string machine = boot_id();
+  const std::vector<std::string> machines = session->allgather(machine);
+  if (!joined.config.local_cpus && !machine.empty()) {
+    const auto machine_ranks = std::count(machines.begin(), machines.end(), machine);
+    joined.config.local_cpus = cpus::machine_share(static_cast<int>(local_members.size()),
+                                                   static_cast<int>(machine_ranks));
+  }
   // Every rank has every rank's identity, so all number the hosts alike: by lowest rank.
   std::vector<std::string> seen;
   for (int r = 0; r < world; ++r) {

@@ -6,11 +6,13 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <sched.h>
 
 #include <shmdist/errors.hpp>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <list>
@@ -34,6 +36,14 @@ std::shared_ptr<MpiSession> MpiSession::start() {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
+    // Open MPI, seeing more ranks than CPUs, makes every progress call that finds nothing
+    // give the CPU away (mpi_yield_when_idle). Our calls into MPI are polls inside the
+    // engine's waits, which already give the CPU away by their own policy (wait/spin.hpp:
+    // when the ranks awake outnumber the CPUs), and polls right after a message arrived,
+    // where giving it away only delays the reply: so ours is the one policy, unless the
+    // user chose Open MPI's (overwrite 0 keeps a value already set). The one wait inside
+    // MPI, a payload's receive, yields by itself (receive_payload).
+    setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
     int provided = 0;
     // One thread of each process calls MPI at a time (the rank's thread).
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -437,7 +447,16 @@ class MpiTransport final : public RemoteTransport {
     for (std::uint64_t off = 0; off < nbytes; off += kChunk) {
       const auto n = static_cast<int>(std::min(kChunk, nbytes - off));
       MPI_Status st;
-      MPI_Recv(dest + off, n, MPI_BYTE, src, kPayloadTag, comm_, &st);
+      // MPI_Recv, with the CPU given away between looks (Open MPI does not: MpiSession::
+      // start): the sender's progress may need this CPU, and with nobody else to run
+      // sched_yield returns at once.
+      MPI_Request req;
+      MPI_Irecv(dest + off, n, MPI_BYTE, src, kPayloadTag, comm_, &req);
+      for (int done = 0;;) {
+        MPI_Test(&req, &done, &st);
+        if (done) break;
+        sched_yield();
+      }
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
       if (count != n)
