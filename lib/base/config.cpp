@@ -53,7 +53,8 @@ const std::array kVariables = {
                    "It is how many microseconds a blocked call spins before it sleeps."));
              }},
     Variable{{"SHMDIST_LOCAL_CPUS", "1 to 65536",
-              "the CPUs this process may run on (all online CPUs if it is pinned to one)",
+              "the CPUs this process may run on (all online CPUs if it is pinned to one); in an mpirun "
+              "job whose hosts share this machine, this host's share of them",
               "how many CPUs the job's ranks share: with more ranks awake than that (for a world "
               "collective, more ranks in the job), a waiting rank yields its CPU instead of "
               "spinning"},

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -84,6 +85,28 @@ BOOST_AUTO_TEST_CASE(oversubscribed_means_more_ranks_than_cpus) {
   BOOST_TEST(!cpus::oversubscribed(2, 2));
   BOOST_TEST(cpus::oversubscribed(3, 2));
   BOOST_TEST(!cpus::oversubscribed(2, 64));
+}
+
+// Hosts emulated on one machine (SHMDIST_HOST_ID apart, one kernel) share its CPUs: each
+// host's ranks count their share, so that their waits give the CPU away when they outnumber
+// it (bootstrap/join_hosts.cpp). On a thread allowed two CPUs: 2 x host / machine, at least 1.
+BOOST_AUTO_TEST_CASE(hosts_sharing_a_machine_count_their_share_of_its_cpus) {
+  BOOST_TEST(!cpus::machine_share(2, 2));  // the host has the machine alone
+  BOOST_TEST(!cpus::machine_share(4, 3));  // no fewer ranks on the machine than on the host
+  BOOST_TEST(!cpus::machine_share(0, 4));
+  const std::vector<int> all = cpus::allowed();
+  if (all.size() < 2) return;  // the share of one CPU is all of it
+  std::optional<int> two_of_four, one_of_two, three_of_four, one_of_nine;
+  BOOST_TEST_REQUIRE(with_affinity({all[0], all[1]}, [&] {
+    two_of_four = cpus::machine_share(2, 4);
+    one_of_two = cpus::machine_share(1, 2);
+    three_of_four = cpus::machine_share(3, 4);
+    one_of_nine = cpus::machine_share(1, 9);
+  }));
+  BOOST_TEST(two_of_four.value_or(0) == 1);
+  BOOST_TEST(one_of_two.value_or(0) == 1);
+  BOOST_TEST(three_of_four.value_or(0) == 1);  // 1.5 CPUs: counted as one
+  BOOST_TEST(one_of_nine.value_or(0) == 1);    // never none
 }
 
 BOOST_AUTO_TEST_SUITE_END()
