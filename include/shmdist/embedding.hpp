@@ -33,9 +33,19 @@ struct KeyValueStore {
 // `global_of`, if not empty, is the rank each of the job's ranks stands for in error texts (a
 // runtime that joins one host's ranks of a job across hosts as a job of their own numbers them
 // 0..world-1 here, but every error names their global rank): world entries, by rank.
+// `machine_ranks`, if above `world`: the ranks on this machine in all, this job's and those
+// of other jobs that share its CPUs (the same runtime's hosts emulated on one machine, or
+// containers with their own /dev/shm on one kernel). The job then counts its share of this
+// process's CPUs (world x CPUs / machine_ranks, at least 1) unless SHMDIST_LOCAL_CPUS says
+// otherwise, so that its waits give the CPU away instead of spinning on one the others need.
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store,
-                                const std::vector<int>& global_of = {});
+                                const std::vector<int>& global_of = {}, int machine_ranks = 0);
+
+// How many CPUs `pg`'s job counts as its ranks' (SHMDIST_LOCAL_CPUS, else its share of the
+// machine, else this process's CPUs): more ranks awake than that, and waits give the CPU
+// away. For a runtime sizing its own threads beside the job.
+int job_cpus(const ProcessGroup& pg);
 
 // For a runtime's own wait that needs every rank of `pg`'s job (torch's store-based barrier,
 // which knows nothing of processes): throws PeerFailure naming the rank if one ended

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/config.hpp"
+#include "base/cpus.hpp"
 #include "base/env.hpp"
 #include "base/process_alive.hpp"
 #include "bootstrap/rendezvous.hpp"
@@ -159,7 +160,7 @@ bool g_launcher_segment_used = false;
 
 JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                      const KeyValueStore& store,
-                                     const std::vector<int>& global_of) {
+                                     const std::vector<int>& global_of, int machine_ranks) {
   if (world < 1 || world > segment::kMaxWorldSize || rank < 0 || rank >= world)
     throw InvalidArgument("join_through_store: rank " + std::to_string(rank) + " of " +
                           std::to_string(world) + " ranks: expected 0 <= rank < world <= " +
@@ -171,7 +172,10 @@ JoinedWorld join_world_through_store(int rank, int world, std::chrono::milliseco
   if (timeout.count() <= 0)
     throw InvalidArgument("the process group timeout must be positive, got " +
                           std::to_string(timeout.count()) + " ms");
-  const config::Config config = config::from_environment();
+  config::Config config = config::from_environment();
+  // The job's share of a machine that other jobs' ranks run on too stands in for
+  // SHMDIST_LOCAL_CPUS when that is unset (the same rule as join_hosts.cpp's).
+  if (!config.local_cpus) config.local_cpus = cpus::machine_share(world, machine_ranks);
   if (config.segment_fd && !g_launcher_segment_used) {
     // Started by shmrun: its segment, its supervision. The descriptor is used once; a later
     // join of this process (after destroy) goes through the store.

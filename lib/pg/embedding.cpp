@@ -14,9 +14,14 @@ using detail::join_world_through_store;
 using detail::members_signature;
 
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
-                                const KeyValueStore& store, const std::vector<int>& global_of) {
+                                const KeyValueStore& store, const std::vector<int>& global_of,
+                                int machine_ranks) {
   return ProcessGroupAccess::make(std::make_shared<ProcessGroup::Impl>(
-      join_world_through_store(rank, world, timeout, store, global_of)));
+      join_world_through_store(rank, world, timeout, store, global_of, machine_ranks)));
+}
+
+int job_cpus(const ProcessGroup& pg) {
+  return ProcessGroupAccess::impl(pg).engine->spin_policy().cpus;
 }
 
 void check_peers(const ProcessGroup& pg, const std::string& waiting_for) {

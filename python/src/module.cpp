@@ -76,14 +76,17 @@ std::vector<int> iota(int n) {
 // A torch group that is a whole shmdist job: the default group, or a sub-group created
 // while the default group is not on "shm" (it then gets a segment of its own). `rank_names`:
 // for one host's ranks of a group across hosts (shmdist/_hosts/), the global rank of each,
-// which the job's errors name (empty: the ranks are named as numbered).
+// which the job's errors name (empty: the ranks are named as numbered); `machine_ranks`: for
+// such a host, the group's ranks on this machine (embedding::join_through_store).
 c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>& store,
                                                   int rank, int size,
                                                   std::chrono::milliseconds timeout,
                                                   bool is_world,
-                                                  const std::vector<int>& rank_names) {
+                                                  const std::vector<int>& rank_names,
+                                                  int machine_ranks) {
   auto job = std::make_shared<Job>(
-      embedding::join_through_store(rank, size, timeout, key_value_store(store), rank_names));
+      embedding::join_through_store(rank, size, timeout, key_value_store(store), rank_names,
+                                    machine_ranks));
   std::vector<int> members = iota(size);
   if (is_world) {
     std::lock_guard lock(g_world_job_mutex);
@@ -96,15 +99,16 @@ c10::intrusive_ptr<BackendBase> create_job(const c10::intrusive_ptr<c10d::Store>
 c10::intrusive_ptr<BackendBase> create_process_group(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& group_name,
-    const std::vector<std::int64_t>& global_ranks_in_group, const std::vector<int>& rank_names) {
+    const std::vector<std::int64_t>& global_ranks_in_group, const std::vector<int>& rank_names,
+    int machine_ranks) {
   if (global_ranks_in_group.empty())
-    return create_job(store, rank, size, timeout, true, rank_names);
+    return create_job(store, rank, size, timeout, true, rank_names, machine_ranks);
   TORCH_CHECK(static_cast<int>(global_ranks_in_group.size()) == size && rank >= 0 && rank < size,
               "shm backend: group rank ", rank, " of ", size, " ranks but ",
               global_ranks_in_group.size(), " global ranks were given");
   std::shared_ptr<Job> world = world_job();
   if (!world || !world->pg.is_initialized())
-    return create_job(store, rank, size, timeout, false, rank_names);
+    return create_job(store, rank, size, timeout, false, rank_names, machine_ranks);
   std::vector<int> members(global_ranks_in_group.begin(), global_ranks_in_group.end());
   std::lock_guard lock(world->mutex);  // not while the job is being destroyed
   TORCH_CHECK(world->pg.get_rank() == members[static_cast<std::size_t>(rank)],
@@ -217,10 +221,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_create_process_group", &torch_backend::create_process_group, py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name"),
         py::arg("global_ranks_in_group"), py::arg("rank_names") = std::vector<int>{},
-        py::call_guard<py::gil_scoped_release>(),
+        py::arg("machine_ranks") = 0, py::call_guard<py::gil_scoped_release>(),
         "the creator of backend 'shm' (torch.distributed calls it through shmdist.torch); "
         "rank_names: for one host's job of a group across hosts, the global rank of each of "
-        "its ranks, which its error texts name");
+        "its ranks, which its error texts name; machine_ranks: for such a job, the group's "
+        "ranks on this machine, whose CPUs it counts its share of");
+  // How many CPUs a group's job counts as its ranks' (embedding::job_cpus).
+  m.def("_job_cpus",
+        [](const torch_backend::ProcessGroupShm& group) {
+          return embedding::job_cpus(group.job()->pg);
+        },
+        py::arg("group"));
   // What every operation checks first (for tests: without CUDA, a CUDA tensor cannot even be
   // made, and torch's dispatcher routes other devices' tensors elsewhere).
   m.def("_check_tensor", &torch_backend::check_tensor, py::arg("tensor"), py::arg("op"));

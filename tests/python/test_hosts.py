@@ -760,24 +760,29 @@ def test_a_verdict_broadcast_that_failed_keeps_its_frame_from_the_next_call():
 
 def test_hosts_sharing_a_machine_count_their_share_of_its_cpus():
     """Issue 30: a host's "shm" job whose machine also runs other hosts' ranks (emulated
-    hosts, containers with their own /dev/shm) is created with SHMDIST_LOCAL_CPUS = its share
-    of this process's CPUs (so its waits yield instead of spinning on a CPU the other hosts
-    need); none when the host is alone on its machine, when the share is all the CPUs, or when
-    the user set SHMDIST_LOCAL_CPUS."""
+    hosts, containers with their own /dev/shm) is created with the group's ranks on the
+    machine (machine_ranks) and counts its share of this process's CPUs, so that its waits
+    yield instead of spinning on a CPU the other hosts need (embedding::join_through_store;
+    the rule, cpus::machine_share, is tested in tests/config): all the CPUs when the host is
+    alone on its machine, the user's SHMDIST_LOCAL_CPUS when set."""
     script = (
-        "import os\n"
-        "from shmdist._hosts.create import _cpu_share\n"
+        "import datetime, os\n"
+        "import torch.distributed as dist\n"
+        "from shmdist import _C\n"
         "os.environ.pop('SHMDIST_LOCAL_CPUS', None)\n"
-        "os.sched_getaffinity = lambda pid: {0, 1, 2, 3}\n"
-        "got = [_cpu_share(2, 2), _cpu_share(2, 4), _cpu_share(2, 8), _cpu_share(2, 16),\n"
-        "       _cpu_share(3, 4), _cpu_share(1, 1)]\n"
-        "os.sched_getaffinity = lambda pid: {5}\n"  # pinned: the machine's CPUs count
-        "os.cpu_count = lambda: 2\n"
-        "got.append(_cpu_share(2, 4))\n"
-        "os.environ['SHMDIST_LOCAL_CPUS'] = '2'\n"
-        "got.append(_cpu_share(2, 4))\n"
+        "t = datetime.timedelta(seconds=60)\n"
+        "def cpus(machine):\n"
+        "    g = _C._create_process_group(dist.HashStore(), 0, 1, t, 'g', [], [], machine)\n"
+        "    return _C._job_cpus(g)\n"
+        "got = [cpus(0), cpus(1), cpus(4)]\n"
+        "os.environ['SHMDIST_LOCAL_CPUS'] = '3'\n"
+        "got.append(cpus(4))\n"
         "print(got)\n")
     r = subprocess.run([PYTHON, "-c", script], env=base_env(), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[None, 2, 1, 1, 3, None, 1, None]", r.stdout + r.stderr
+    mine = len(os.sched_getaffinity(0))
+    mine = mine if mine > 1 else os.cpu_count()
+    share = max(1, mine // 4)
+    assert r.stdout.strip() == str([mine, mine, share if share < mine else mine, 3]), \
+        r.stdout + r.stderr

@@ -3,7 +3,6 @@ watcher of deaths) and its sub-groups, which torch asks backend "shm" for.
 """
 
 import atexit
-import os
 import threading
 import weakref
 
@@ -62,32 +61,15 @@ def _stop_watching(deaths, watcher):
     watcher.join(timeout=2 * _Deaths.POLL + 1.0)
 
 
-def _cpu_share(host_ranks, machine_ranks):
-    """SHMDIST_LOCAL_CPUS for a host's "shm" job whose `host_ranks` ranks share this machine
-    with `machine_ranks` ranks in all (other hosts' ranks too: containers or mount namespaces
-    of one machine), when that is fewer CPUs than the job would count itself (lib/base/cpus:
-    this process's CPUs); else None. The job's waits then give their CPU away instead of
-    spinning when its ranks outnumber their share (docs/hosts.md: a spinning host mate took
-    the CPU that the other hosts' ranks needed)."""
-    if machine_ranks <= host_ranks or os.environ.get("SHMDIST_LOCAL_CPUS"):
-        return None
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = 0
-    if cpus <= 1:  # pinned to one CPU (says nothing of the job's share), as lib/base/cpus
-        cpus = os.cpu_count() or 1
-    share = max(1, cpus * host_ranks // machine_ranks)
-    return share if share < cpus else None
-
-
 def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks, world_job,
              local_ranks=None, machine=0):
     """A ProcessGroupHosts over `hosts` (lists of group ranks). Its "shm" part is a job of its
     own per host (`local_ranks` None: the world's, or that of a group whose world is not on
     "shm") or a sub-group of this host's world job (`local_ranks`: the world job's ranks of
     this host's members, in group-rank order). `machine`: the group's ranks on this rank's
-    machine (find_hosts), which the host's job counts its CPUs by (_cpu_share)."""
+    machine (find_hosts): a host's job of its own counts its share of the machine's CPUs by
+    it (embedding::join_through_store's machine_ranks), so that its waits give the CPU away
+    instead of spinning on one that the other hosts' ranks need."""
     h = next(i for i, host in enumerate(hosts) if rank in host)
     host = hosts[h]
     local_store = dist.PrefixStore(prefix + "host" + str(h) + "/", store)
@@ -100,16 +82,9 @@ def _compose(store, prefix, rank, size, timeout, group_name, hosts, global_ranks
     # A job of its own names its ranks in errors by their global ranks (a sub-group's world
     # job already does).
     names = [global_ranks[r] for r in host] if local_ranks is None else []
-    share = _cpu_share(len(host), machine) if local_ranks is None else None
-    if share is not None:
-        # The job reads it once, when it is created (lib/base/config); unset again after.
-        os.environ["SHMDIST_LOCAL_CPUS"] = str(share)
-    try:
-        local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
-                                         group_name, members, names)
-    finally:
-        if share is not None:
-            del os.environ["SHMDIST_LOCAL_CPUS"]
+    local = _C._create_process_group(local_store, host.index(rank), len(host), timeout,
+                                     group_name, members, names,
+                                     machine if local_ranks is None else 0)
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
     leaders = None
     if rank == host[0]:
