@@ -39,8 +39,13 @@ struct KeyValueStore {
 // process's CPUs (world x CPUs / machine_ranks, at least 1) unless SHMDIST_LOCAL_CPUS says
 // otherwise, so that its waits give the CPU away instead of spinning on one the others need.
 ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
+                                const KeyValueStore& store, const std::vector<int>& global_of,
+                                int machine_ranks);
+// The same with this job alone on its machine's CPUs (the signature before machine_ranks,
+// kept for programs built against it).
+ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
                                 const KeyValueStore& store,
-                                const std::vector<int>& global_of = {}, int machine_ranks = 0);
+                                const std::vector<int>& global_of = {});
 
 // How many CPUs `pg`'s job counts as its ranks' (SHMDIST_LOCAL_CPUS, else its share of the
 // machine, else this process's CPUs): more ranks awake than that, and waits give the CPU

@@ -53,8 +53,8 @@ const std::array kVariables = {
                    "It is how many microseconds a blocked call spins before it sleeps."));
              }},
     Variable{{"SHMDIST_LOCAL_CPUS", "1 to 65536",
-              "the CPUs this process may run on (all online CPUs if it is pinned to one); in an mpirun "
-              "job whose hosts share this machine, this host's share of them",
+              "the CPUs this process may run on (all online CPUs if it is pinned to one); for a host "
+              "of a job whose hosts share this machine (mpirun, torch), that host's share",
               "how many CPUs the job's ranks share: with more ranks awake than that (for a world "
               "collective, more ranks in the job), a waiting rank yields its CPU instead of "
               "spinning"},

@@ -60,8 +60,17 @@ JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
                      "; under mpirun leave InitOptions::rank and world_size unset");
   const std::string me = host_identity(config);
   const std::vector<std::string> ids = session->allgather(me);
-  // For error texts: the real host name beside the identity.
-  const std::vector<std::string> names = session->allgather(host_name());
+  // For error texts the real host name beside the identity, and each rank's kernel boot id,
+  // which tells the hosts that share one machine (below): one exchange of "<boot id>\n<name>",
+  // before the rendezvous, so that a rank whose join fails leaves no collective behind.
+  const std::string machine = boot_id();
+  std::vector<std::string> names = session->allgather(machine + '\n' + host_name());
+  std::vector<std::string> machines(world);
+  for (int r = 0; r < world; ++r) {
+    const std::size_t cut = std::min(names[r].find('\n'), names[r].size());
+    machines[r] = names[r].substr(0, cut);
+    names[r].erase(0, std::min(cut + 1, names[r].size()));
+  }
   std::vector<std::string> hosts(world);
   for (int r = 0; r < world; ++r)
     hosts[r] = ids[r].rfind("boot:", 0) == 0 ? names[r] : ids[r] + " on " + names[r];
@@ -83,8 +92,6 @@ JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
   // this host's ranks count their share (cpus::machine_share), as SHMDIST_LOCAL_CPUS would
   // say, unless that is set. Otherwise each host's waits spin as if it had every CPU, and a
   // rank waiting for its leader keeps a CPU that the leaders' exchange needs.
-  const std::string machine = boot_id();
-  const std::vector<std::string> machines = session->allgather(machine);
   if (!joined.config.local_cpus && !machine.empty()) {
     const auto machine_ranks = std::count(machines.begin(), machines.end(), machine);
     joined.config.local_cpus = cpus::machine_share(static_cast<int>(local_members.size()),

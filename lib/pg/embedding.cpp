@@ -20,6 +20,11 @@ ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds t
       join_world_through_store(rank, world, timeout, store, global_of, machine_ranks)));
 }
 
+ProcessGroup join_through_store(int rank, int world, std::chrono::milliseconds timeout,
+                                const KeyValueStore& store, const std::vector<int>& global_of) {
+  return join_through_store(rank, world, timeout, store, global_of, 0);
+}
+
 int job_cpus(const ProcessGroup& pg) {
   return ProcessGroupAccess::impl(pg).engine->spin_policy().cpus;
 }

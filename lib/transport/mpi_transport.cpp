@@ -42,11 +42,16 @@ std::shared_ptr<MpiSession> MpiSession::start() {
     // when the ranks awake outnumber the CPUs), and polls right after a message arrived,
     // where giving it away only delays the reply: so ours is the one policy, unless the
     // user chose Open MPI's (overwrite 0 keeps a value already set). The one wait inside
-    // MPI, a payload's receive, yields by itself (receive_payload).
-    setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
+    // MPI, a payload's receive, yields by itself (receive_payload). Open MPI 4 reads the
+    // variable in MPI_Init_thread; it is taken away again after, so that the program's child
+    // processes (another mpirun) do not inherit it.
+    const bool set_yield = std::getenv("OMPI_MCA_mpi_yield_when_idle") == nullptr;
+    if (set_yield) setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
     int provided = 0;
     // One thread of each process calls MPI at a time (the rank's thread).
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    const int init = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (set_yield) unsetenv("OMPI_MCA_mpi_yield_when_idle");
+    if (init != MPI_SUCCESS)
       throw SetupError("MPI_Init_thread failed: shmdist needs MPI to reach ranks on other hosts; "
                        "start the program with mpirun");
     s->handles_->initialised_by_us = true;
@@ -431,8 +436,8 @@ class MpiTransport final : public RemoteTransport {
 
   // Puts the stashed message's payload from byte `from` on into `dest`, unstashes it and
   // posts the source's next receive. A packed one is here already; otherwise its sender
-  // posted the payload with the header, so this blocking receive waits only for the bytes to
-  // cross (MPI progresses every request meanwhile).
+  // posted the payload with the header, so this receive, which returns once the bytes are
+  // here, waits only for them to cross (MPI progresses every request meanwhile).
   void receive_payload(int src, std::byte* dest, std::uint64_t from) {
     Peer& p = peers_[src];
     const std::uint64_t nbytes = p.header.nbytes - from;

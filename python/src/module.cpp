@@ -229,6 +229,7 @@ PYBIND11_MODULE(_C, m) {
   // How many CPUs a group's job counts as its ranks' (embedding::job_cpus).
   m.def("_job_cpus",
         [](const torch_backend::ProcessGroupShm& group) {
+          std::lock_guard lock(group.job()->mutex);  // not while the job is being destroyed
           return embedding::job_cpus(group.job()->pg);
         },
         py::arg("group"));

@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(oversubscribed_means_more_ranks_than_cpus) {
 // it (bootstrap/join_hosts.cpp). On a thread allowed two CPUs: 2 x host / machine, at least 1.
 BOOST_AUTO_TEST_CASE(hosts_sharing_a_machine_count_their_share_of_its_cpus) {
   BOOST_TEST(!cpus::machine_share(2, 2));  // the host has the machine alone
-  BOOST_TEST(!cpus::machine_share(4, 3));  // no fewer ranks on the machine than on the host
+  BOOST_TEST(!cpus::machine_share(4, 3));  // no more ranks on the machine than on the host
   BOOST_TEST(!cpus::machine_share(0, 4));
   const std::vector<int> all = cpus::allowed();
   if (all.size() < 2) return;  // the share of one CPU is all of it

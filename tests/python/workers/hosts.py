@@ -581,6 +581,15 @@ def group_is_hosts():
     pg = c10d._get_default_group()
     expect(isinstance(pg, shmdist.torch.ProcessGroupHosts), f"the world is {pg!r}")
     expect(pg.hosts == HOSTS, f"hosts {pg.hosts}")
+    # The emulated hosts share this machine: each host's job counts its share of the CPUs
+    # (the group's ranks on the machine go to its creation), not all of them.
+    cpus = len(os.sched_getaffinity(0))
+    cpus = cpus if cpus > 1 else os.cpu_count()
+    host = len(next(h for h in HOSTS if rank in h))
+    share = max(1, cpus * host // sum(len(h) for h in HOSTS))
+    want = int(os.environ.get("SHMDIST_LOCAL_CPUS") or (share if share < cpus else cpus))
+    got = shmdist._C._job_cpus(pg.local)
+    expect(got == want, f"the host's job counts {got} CPUs, expected {want}")
 
 
 def all_reduce_documented_order():
