@@ -181,7 +181,7 @@ constexpr std::uint64_t kColumnsBelow = 16 << 20;
 // slice's size cost the 16 MiB all_reduce half its speed: page faults).
 void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> inputs,
                     std::byte* out, std::size_t count, int n,
-                    const std::optional<HostSplit>& split) {
+                    const HostSplitPtr& split) {
   if (!split) return reduce_in_order(op, dtype, inputs, out, count, n);
   constexpr std::size_t kBlock = 4096;  // elements: 32 KiB of float64 partials per host
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
@@ -211,7 +211,7 @@ void reduce_members(ReduceOp op, DType dtype, std::span<const std::byte* const> 
 // and reduces the n contributions into `result` (slice-sized), in group-rank order (across
 // hosts: reduce_members' order).
 void reduce_slices(Schedule& sch, const Builder& b, const Tensor& input, Tensor result,
-                   ReduceOp op, const std::optional<HostSplit>& split) {
+                   ReduceOp op, const HostSplitPtr& split) {
   const int n = b.n(), me = b.me();
   const std::int64_t count = input.numel();
   const std::int64_t m = slice_len(count, n, me);
@@ -333,19 +333,11 @@ void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, Re
 // hosts and divides the sum of the partials by the group's size; float16 and bfloat16
 // partials are rounded to their dtype. One crossing between hosts per call, where the
 // exchange of fingerprints and then the leaders' round took two.
-FoldedReduce folded_reduce(const Builder& b, const Tensor& tensor, ReduceOp op) {
-  const DType dtype = tensor.dtype();
-  const std::size_t count = static_cast<std::size_t>(tensor.numel());
-  const int n = b.n();
-  const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+FoldedReduce folded_reduce(const Tensor& tensor, ReduceOp op) {
   FoldedReduce fold;
   fold.tensor = tensor;
-  fold.inside = [=](std::span<const std::byte* const> inputs, std::byte* out) {
-    reduce_in_order(inside, dtype, inputs, out, count, n);
-  };
-  fold.across = [=](std::span<const std::byte* const> partials, std::byte* out) {
-    reduce_in_order(op, dtype, partials, out, count, n);
-  };
+  fold.inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
+  fold.across = op;
   return fold;
 }
 
@@ -535,7 +527,7 @@ Completion broadcast(const CallSetup& s, Tensor& tensor, int root) {
                        [&](Schedule& sch) { sch.keep(tensor); });
   auto sch = b.make();
   if (b.ok() && tensor.numel() > 0) {
-    if (const auto split = split_by_host(s)) {
+    if (const HostSplitPtr& split = s.split) {
       // The root sends to its host's members and to the other hosts' leaders, which pass it
       // on inside their hosts: one message to each other host.
       sch->keep(tensor);
@@ -584,9 +576,9 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   if (b.on_lane())
     return run_on_lane(s, b, plan_reduce(*s.lane, tensor, op, -1, b.me()), tensor.nbytes(),
                        [&](Schedule& sch) { sch.keep(tensor); });
-  const std::optional<HostSplit> split = split_by_host(s);
+  const HostSplitPtr& split = s.split;
   if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow)
-    return finish(b.make(folded_reduce(b, tensor, op)), tensor.nbytes());
+    return finish(b.make(folded_reduce(tensor, op)), tensor.nbytes());
   auto sch = b.make();
   if (b.ok() && split && same_size_hosts(*split) && tensor.nbytes() < kColumnsBelow) {
     reduce_by_columns(*sch, b, tensor, op, *split);
@@ -620,7 +612,7 @@ Completion reduce(const CallSetup& s, Tensor& tensor, int root, ReduceOp op) {
   auto sch = b.make();
   // Across hosts: the flat schedule at every size, reduced host by host (the leaders' was
   // not measurably faster for reduce, docs/hosts.md).
-  const std::optional<HostSplit> split = split_by_host(s);
+  const HostSplitPtr& split = s.split;
   if (b.ok()) {
     const int n = b.n(), me = b.me();
     const std::int64_t count = tensor.numel();
@@ -741,7 +733,7 @@ namespace {
 // Step 1 of the reduce-scatters: part j of every member's input goes to member j, which
 // reduces the parts into `output` in group-rank order (across hosts: reduce_members' order).
 void scatter_reduce(Schedule& sch, const Builder& b, const std::vector<Tensor>& parts,
-                    Tensor output, ReduceOp op, const std::optional<HostSplit>& split) {
+                    Tensor output, ReduceOp op, const HostSplitPtr& split) {
   const int n = b.n(), me = b.me();
   const std::int64_t m = output.numel();
   Tensor stage = empty({m * n}, output.dtype());
@@ -778,7 +770,7 @@ Completion reduce_scatter(const CallSetup& s, Tensor& output, const std::vector<
                        output.nbytes() * b.n(), [&](Schedule& sch) { sch.keep(output); });
   auto sch = b.make();
   if (b.ok()) {
-    scatter_reduce(*sch, b, inputs, output, op, split_by_host(s));
+    scatter_reduce(*sch, b, inputs, output, op, s.split);
   }
   return finish(sch, b.ok() ? output.nbytes() * b.n() : 0);
 }
@@ -808,7 +800,7 @@ Completion reduce_scatter_tensor(const CallSetup& s, Tensor& output, const Tenso
     std::vector<Tensor> parts;
     for (int j = 0; j < b.n(); ++j) parts.push_back(view_of(input, j * output.numel(), output.numel()));
     sch->keep(input);
-    scatter_reduce(*sch, b, parts, output, op, split_by_host(s));
+    scatter_reduce(*sch, b, parts, output, op, s.split);
   }
   return finish(sch, b.ok() ? input.nbytes() : 0);
 }

@@ -3,6 +3,7 @@
 #include "coll/fingerprint.hpp"
 
 #include <cstring>
+#include <functional>
 
 #include <shmdist/distributed.hpp>
 
@@ -12,7 +13,7 @@
 namespace shmdist::coll {
 namespace {
 
-std::string rank_text(int group_rank, const std::vector<int>& members) {
+std::string rank_text(int group_rank, std::span<const int> members) {
   std::string s = "group rank " + std::to_string(group_rank);
   if (group_rank >= 0 && group_rank < static_cast<int>(members.size()))
     s += " (global rank " + std::to_string(members[group_rank]) + ")";
@@ -51,7 +52,7 @@ CallDescription decode(const std::byte* wire, int n) {
   return call;
 }
 
-std::string describe_call(const CallDescription& call, const std::vector<int>& members) {
+std::string describe_call(const CallDescription& call, std::span<const int> members) {
   const Fingerprint& fp = call.fp;
   if (fp.magic != kFingerprintMagic) return "something that is not a shmdist collective";
   const KindInfo* row = find_kind(fp.kind);
@@ -76,9 +77,10 @@ std::string describe_call(const CallDescription& call, const std::vector<int>& m
 }
 
 std::optional<std::string> verdict(std::span<const CallDescription> calls, int me,
-                                   const std::vector<int>& members, const std::string& what) {
+                                   std::span<const int> members,
+                                   const std::function<std::string()>& what) {
   const int n = static_cast<int>(calls.size());
-  const std::string tail =
+  static constexpr const char* tail =
       ". Every member must call the same collectives in the same order, with the same op, "
       "dtype, element counts and root; this call did nothing on any member";
   // A code past this build's tables is another version's call, not a different call of ours:
@@ -89,21 +91,21 @@ std::optional<std::string> verdict(std::span<const CallDescription> calls, int m
     const int rank = r < static_cast<int>(members.size()) ? members[r] : r;
     const KindInfo* row = find_kind(fp.kind);
     if (!row)
-      return what + ": peer rank " + std::to_string(rank) + " sent collective code " +
+      return what() + ": peer rank " + std::to_string(rank) + " sent collective code " +
              std::to_string(fp.kind) + " which this build does not know: it was built with a "
              "newer shmdist; rebuild every rank from the same version";
     if (row->data && !fp.rejected && fp.dtype >= kNumDTypes)
-      return what + ": " + detail::unknown_dtype_text(rank, fp.dtype);
+      return what() + ": " + detail::unknown_dtype_text(rank, fp.dtype);
   }
   for (int r = 0; r < n; ++r) {
     if (!calls[r].fp.rejected) continue;
     if (r == me) return std::nullopt;  // this member throws its own error
-    return what + ": " + rank_text(r, members) + " rejected its arguments (its own "
+    return what() + ": " + rank_text(r, members) + " rejected its arguments (its own "
            "InvalidArgument says why), so no member took part; fix the call there";
   }
   for (int r = 1; r < n; ++r) {
     if (same_call(calls[r].fp, calls[0].fp)) continue;
-    return what + ": the members' calls disagree: " + rank_text(r, members) + " called " +
+    return what() + ": the members' calls disagree: " + rank_text(r, members) + " called " +
            describe_call(calls[r], members) + " but " + rank_text(0, members) + " called " +
            describe_call(calls[0], members) + tail;
   }
@@ -113,12 +115,17 @@ std::optional<std::string> verdict(std::span<const CallDescription> calls, int m
         const std::int64_t sends = calls[i].send_counts[j];
         const std::int64_t expects = calls[j].recv_counts[i];
         if (sends == expects) continue;
-        return what + ": the members' splits disagree: " + rank_text(i, members) +
+        return what() + ": the members' splits disagree: " + rank_text(i, members) +
                " sends " + std::to_string(sends) + " elements to " + rank_text(j, members) +
                ", which expects " + std::to_string(expects) + " from it" + tail;
       }
   }
   return std::nullopt;
+}
+
+std::optional<std::string> verdict(std::span<const CallDescription> calls, int me,
+                                   const std::vector<int>& members, const std::string& what) {
+  return verdict(calls, me, std::span<const int>(members), [&] { return what; });
 }
 
 }  // namespace shmdist::coll

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,7 +48,7 @@ void encode(const CallDescription& call, int n, std::byte* wire);
 CallDescription decode(const std::byte* wire, int n);
 
 // "all_reduce(op=SUM, torch.float32, 10 elements)"; roots are shown as global ranks.
-std::string describe_call(const CallDescription& call, const std::vector<int>& members);
+std::string describe_call(const CallDescription& call, std::span<const int> members);
 
 // The verdict on every member's call (indexed by group rank; `me` is this member): an
 // InvalidArgument text when they disagree, naming the first disagreeing group rank and both
@@ -55,5 +56,10 @@ std::string describe_call(const CallDescription& call, const std::vector<int>& m
 // except on that member itself (`own_error` is its text, thrown as it is).
 std::optional<std::string> verdict(std::span<const CallDescription> calls, int me,
                                    const std::vector<int>& members, const std::string& what);
+// The same, naming the call only when there is something to say (`what` is called then): a
+// verdict of agreement, every call's, allocates nothing.
+std::optional<std::string> verdict(std::span<const CallDescription> calls, int me,
+                                   std::span<const int> members,
+                                   const std::function<std::string()>& what);
 
 }  // namespace shmdist::coll

@@ -21,8 +21,8 @@ std::string CallContext::name() const {
 
 void judge(const CallContext& ctx, std::span<const CallDescription> calls) {
   if (ctx.own_error) throw InvalidArgument(*ctx.own_error);
-  const std::vector<int> members(ctx.group.members.begin(), ctx.group.members.end());
-  if (auto why = verdict(calls, ctx.group.me, members, ctx.name())) throw InvalidArgument(*why);
+  if (auto why = verdict(calls, ctx.group.me, ctx.group.members, [&] { return ctx.name(); }))
+    throw InvalidArgument(*why);
 }
 
 LaneCall::LaneCall(ShmLane& lane, const CallContext& ctx, const LanePlan& plan,

@@ -2,6 +2,8 @@
 
 #include "coll/schedule.hpp"
 
+#include "coll/reduce.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -32,25 +34,25 @@ std::vector<int> HostSplit::leaders(int root) const {
   return out;
 }
 
-std::optional<HostSplit> split_by_host(const CallSetup& s) {
-  if (s.host_of.empty()) return std::nullopt;
-  HostSplit split;
-  std::vector<int> ids;  // host id of split.hosts[i]
+HostSplitPtr host_split(const GroupView& group, std::span<const int> host_of) {
+  if (host_of.empty()) return nullptr;
+  auto split = std::make_shared<HostSplit>();
+  std::vector<int> ids;  // host id of split->hosts[i]
   bool shared = false;
-  for (int j = 0; j < s.group.size(); ++j) {
-    const int host = s.host_of[static_cast<std::size_t>(s.group.members[j])];
+  for (int j = 0; j < group.size(); ++j) {
+    const int host = host_of[static_cast<std::size_t>(group.members[j])];
     const auto at = std::find(ids.begin(), ids.end(), host);
     if (at == ids.end()) {
       ids.push_back(host);
-      split.hosts.push_back({j});
+      split->hosts.push_back({j});
     } else {
-      split.hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
+      split->hosts[static_cast<std::size_t>(at - ids.begin())].push_back(j);
       shared = true;
     }
-    if (j == s.group.me)
-      split.mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
+    if (j == group.me)
+      split->mine = static_cast<int>(std::find(ids.begin(), ids.end(), host) - ids.begin());
   }
-  if (split.hosts.size() < 2 || !shared) return std::nullopt;
+  if (split->hosts.size() < 2 || !shared) return nullptr;
   return split;
 }
 
@@ -98,9 +100,9 @@ Schedule::Schedule(const CallSetup& setup, CallDescription call, std::optional<s
   // monitored_barrier keeps the exchange: its group rank 0 names every member it has not
   // heard from, which it learns only by hearing from each directly.
   if (static_cast<Kind>(ctx_.call.fp.kind) != Kind::MonitoredBarrier)
-    if (const std::optional<HostSplit> split = split_by_host(setup)) {
+    if (setup.split) {
       if (fold && !ctx_.own_error) fold_ = std::move(fold);
-      agree_on_tree(*split);
+      agree_on_tree(setup.split);
       return;
     }
   Step& exchange = add_step();
@@ -169,21 +171,28 @@ void Schedule::judge_exchange() {
 // step 2 has told its host. A payload rides only where its sender knows that the calls it
 // covers agree (its host's, for a partial; all, for a result), and the receivers take
 // messages of any size: a member whose call differs sends other lengths, or none.
-void Schedule::agree_on_tree(const HostSplit& split) {
+void Schedule::agree_on_tree(HostSplitPtr split) {
   const int me = ctx_.group.me;
   const std::size_t w = own_wire_.size(), n = members_.size();
   const std::size_t data = fold_ ? fold_->tensor.nbytes() : 0;
   Tree& t = tree_.emplace();
-  t.hosts = split.hosts;
-  t.mine = split.mine;
-  const std::vector<int>& mates = t.hosts[static_cast<std::size_t>(t.mine)];
+  t.split = std::move(split);
+  const std::vector<std::vector<int>>& hosts = t.split->hosts;
+  const std::vector<int>& mates = t.mates();
   const int lead = mates[0];
-  steps_.resize(3);  // add_step() would invalidate references to earlier steps
+  // Sized once: add_step() would invalidate references to earlier steps, and a small call's
+  // cost is mostly allocations (each vector grown, each tensor made, is one or more).
+  steps_.resize(3);
+  const bool leads = me == lead;
+  steps_[0].transfers.reserve(leads ? mates.size() - 1 : 1);
+  steps_[1].transfers.reserve(leads ? 2 * (hosts.size() - 1) : 0);
+  steps_[2].transfers.reserve(leads ? mates.size() - 1 : 1);
+  // A receive of any size needs no view of its own: one empty tensor serves them all.
+  static const Tensor no_view = empty({0}, kUInt8);
   auto any_size = [](Step& step, int peer, Tensor* landing) {
-    step.transfers.push_back({Transfer::Dir::Recv, peer, empty({0}, kUInt8), landing});
+    step.transfers.push_back({Transfer::Dir::Recv, peer, no_view, landing});
   };
-  t.down = empty({static_cast<std::int64_t>(n * w + data)}, kUInt8);
-  if (me != lead) {
+  if (!leads) {
     Tensor up = empty({static_cast<std::int64_t>(w + data)}, kUInt8);
     std::memcpy(bytes_of(up), own_wire_.data(), w);
     if (data) std::memcpy(bytes_of(up) + w, fold_->tensor.data_ptr(), data);
@@ -197,11 +206,12 @@ void Schedule::agree_on_tree(const HostSplit& split) {
     any_size(steps_[0], members_[mates[i]], &t.from_mates[i]);
   steps_[0].after = [this] { gather_host(); };
   t.across = empty({static_cast<std::int64_t>(mates.size() * w + data)}, kUInt8);
-  t.from_leaders.resize(t.hosts.size());
-  for (std::size_t h = 0; h < t.hosts.size(); ++h) {
-    if (static_cast<int>(h) == t.mine) continue;
-    steps_[1].transfers.push_back({Transfer::Dir::Send, members_[t.hosts[h][0]], t.across});
-    any_size(steps_[1], members_[t.hosts[h][0]], &t.from_leaders[h]);
+  t.down = empty({static_cast<std::int64_t>(n * w + data)}, kUInt8);
+  t.from_leaders.resize(hosts.size());
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    if (static_cast<int>(h) == t.split->mine) continue;
+    steps_[1].transfers.push_back({Transfer::Dir::Send, members_[hosts[h][0]], t.across});
+    any_size(steps_[1], members_[hosts[h][0]], &t.from_leaders[h]);
   }
   steps_[1].after = [this] { judge_hosts(); };
   for (std::size_t i = 1; i < mates.size(); ++i)
@@ -217,7 +227,7 @@ void Schedule::agree_on_tree(const HostSplit& split) {
 // peer sends, is this leader's verdict: it has no partial of its own host either).
 void Schedule::gather_host() {
   Tree& t = *tree_;
-  const std::vector<int>& mates = t.hosts[static_cast<std::size_t>(t.mine)];
+  const std::vector<int>& mates = t.mates();
   const std::size_t w = own_wire_.size();
   std::memcpy(bytes_of(t.across), own_wire_.data(), w);
   bool agree = true;
@@ -253,7 +263,13 @@ void Schedule::gather_host() {
   std::vector<const std::byte*> inputs(mates.size());
   inputs[0] = bytes_of(fold_->tensor);
   for (std::size_t i = 1; i < mates.size(); ++i) inputs[i] = bytes_of(t.from_mates[i]) + w;
-  fold_->inside(inputs, partial);
+  fold_reduce(fold_->inside, inputs, partial);
+}
+
+void Schedule::fold_reduce(ReduceOp op, std::span<const std::byte* const> inputs,
+                           std::byte* out) const {
+  reduce_in_order(op, fold_->tensor.dtype(), inputs, out,
+                  static_cast<std::size_t>(fold_->tensor.numel()), ctx_.group.size());
 }
 
 // The leader, the other leaders' messages in: every member's wire into `down`, the verdict
@@ -261,11 +277,12 @@ void Schedule::gather_host() {
 // into `down` after the wires and into the tensor. Otherwise `down` goes with the wires only.
 void Schedule::judge_hosts() {
   Tree& t = *tree_;
+  const std::vector<std::vector<int>>& hosts = t.split->hosts;
   const std::size_t w = own_wire_.size(), n = members_.size();
-  for (std::size_t h = 0; h < t.hosts.size(); ++h)
-    for (std::size_t i = 0; i < t.hosts[h].size(); ++i) {
-      std::byte* to = bytes_of(t.down) + static_cast<std::size_t>(t.hosts[h][i]) * w;
-      if (static_cast<int>(h) == t.mine) std::memcpy(to, bytes_of(t.across) + i * w, w);
+  for (std::size_t h = 0; h < hosts.size(); ++h)
+    for (std::size_t i = 0; i < hosts[h].size(); ++i) {
+      std::byte* to = bytes_of(t.down) + static_cast<std::size_t>(hosts[h][i]) * w;
+      if (static_cast<int>(h) == t.split->mine) std::memcpy(to, bytes_of(t.across) + i * w, w);
       else copy_wire(t.from_leaders[h], i, w, to);
     }
   bool with_result = false;
@@ -274,13 +291,13 @@ void Schedule::judge_hosts() {
     if (t.verdict) std::rethrow_exception(t.verdict);  // gather_host's: a corrupt mate
     if (fold_) {
       const std::size_t data = fold_->tensor.nbytes();
-      std::vector<const std::byte*> partials(t.hosts.size());
-      for (std::size_t h = 0; h < t.hosts.size(); ++h) {
-        const Tensor& msg = static_cast<int>(h) == t.mine ? t.across : t.from_leaders[h];
-        const std::size_t at = t.hosts[h].size() * w;
+      std::vector<const std::byte*> partials(hosts.size());
+      for (std::size_t h = 0; h < hosts.size(); ++h) {
+        const Tensor& msg = static_cast<int>(h) == t.split->mine ? t.across : t.from_leaders[h];
+        const std::size_t at = hosts[h].size() * w;
         if (msg.nbytes() != at + data)
           throw Error(ctx_.name() + ": the leader of another host, global rank " +
-                      std::to_string(members_[static_cast<std::size_t>(t.hosts[h][0])]) +
+                      std::to_string(members_[static_cast<std::size_t>(hosts[h][0])]) +
                       ", sent " + std::to_string(msg.nbytes() - std::min(msg.nbytes(), at)) +
                       " bytes of its host's partial, where every call agreed on " +
                       std::to_string(data) + "; a corrupt peer or mismatched builds: rebuild "
@@ -288,7 +305,7 @@ void Schedule::judge_hosts() {
         partials[h] = bytes_of(msg) + at;
       }
       std::byte* result = bytes_of(t.down) + n * w;
-      fold_->across(partials, result);
+      fold_reduce(fold_->across, partials, result);
       std::memcpy(bytes_of(fold_->tensor), result, data);
       with_result = true;
     }
@@ -305,12 +322,14 @@ void Schedule::judge_down() {
   Tree& t = *tree_;
   const std::size_t w = own_wire_.size(), n = members_.size();
   const Tensor got = t.down;
-  t.down = empty({static_cast<std::int64_t>(n * w)}, kUInt8);
-  for (std::size_t j = 0; j < n; ++j) copy_wire(got, j, w, bytes_of(t.down) + j * w);
+  if (!got.defined() || got.nbytes() < n * w) {  // too short for every wire: zeros for those missing
+    t.down = empty({static_cast<std::int64_t>(n * w)}, kUInt8);
+    for (std::size_t j = 0; j < n; ++j) copy_wire(got, j, w, bytes_of(t.down) + j * w);
+  }
   judge_tree_wires();
   if (!fold_) return;
   const std::size_t data = fold_->tensor.nbytes();
-  const int lead = t.hosts[static_cast<std::size_t>(t.mine)][0];
+  const int lead = t.mates()[0];
   if (got.nbytes() != n * w + data)
     throw Error(ctx_.name() + ": this host's leader, global rank " +
                 std::to_string(members_[static_cast<std::size_t>(lead)]) +
@@ -335,6 +354,8 @@ void Schedule::start_step() {
                             transport::kInternalChannel};
   ops_.clear();
   op_peers_.clear();
+  ops_.reserve(steps_[step_].transfers.size());
+  op_peers_.reserve(steps_[step_].transfers.size());
   first_pending_ = 0;
   for (const Transfer& t : steps_[step_].transfers) {
     if (t.dir == Transfer::Dir::Send) {

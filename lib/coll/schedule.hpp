@@ -33,6 +33,9 @@
 
 namespace shmdist::coll {
 
+struct HostSplit;
+using HostSplitPtr = std::shared_ptr<const HostSplit>;
+
 // Everything a collective builder needs.
 struct CallSetup {
   engine::Engine* engine = nullptr;
@@ -40,10 +43,11 @@ struct CallSetup {
   std::uint64_t seq = 0;  // per group, counted by every member alike
   ShmLane* lane = nullptr;  // the world group's lane, when the segment has one
   bool blocking = false;    // the caller waits for the result (not async_op)
-  // A job across hosts: the host of every global rank (hosts numbered from 0 in the order of
-  // their lowest global rank); empty on one host. A group spanning hosts reduces, broadcasts
-  // inside each host first (collectives.cpp, HostSplit).
-  std::span<const int> host_of;
+  // A job across hosts, a group spanning them: how its members sit on the hosts (host_split;
+  // the caller computes it once per group and keeps it), or null (one host, or the flat
+  // schedule serves). Such a group reduces and broadcasts inside each host first
+  // (collectives.cpp, HostSplit).
+  HostSplitPtr split;
 };
 
 // A group whose members sit on several hosts, some host holding two or more of them. Its
@@ -62,10 +66,13 @@ struct HostSplit {
   std::vector<int> leaders(int root) const;
 };
 
-// The split of the call's group, or nullopt when the flat schedule serves as well: the job
-// is on one host, the group inside one host, or every host holds one member (then the host
-// order is the group-rank order and the flat schedule's result is the same bits).
-std::optional<HostSplit> split_by_host(const CallSetup& s);
+// The split of `group` given the host of every global rank (`host_of`: hosts numbered from 0
+// in the order of their lowest global rank; empty on one host), or null when the flat
+// schedule serves as well: the job is on one host, the group inside one host, or every host
+// holds one member (then the host order is the group-rank order and the flat schedule's
+// result is the same bits). Fixed for a group's life: callers compute it once per group
+// (CallSetup::split), not per call.
+HostSplitPtr host_split(const GroupView& group, std::span<const int> host_of);
 
 // A reduction that rides in the host tree's agreement messages (a small all_reduce across
 // hosts, collectives.cpp): each member's input goes up with its fingerprint, each host's
@@ -74,10 +81,9 @@ std::optional<HostSplit> split_by_host(const CallSetup& s);
 // to agree, so a mismatch leaves it as it was.
 struct FoldedReduce {
   Tensor tensor;
-  // Writes the reduction of `inputs` (a host's members' inputs in group-rank order, or the
-  // hosts' partials in host order), each tensor.nbytes() long, to `out`.
-  using Reduction = std::function<void(std::span<const std::byte* const> inputs, std::byte* out)>;
-  Reduction inside, across;
+  // The ops of reduce_in_order (coll/reduce.hpp) over a host's members' inputs in group-rank
+  // order, and over the hosts' partials in host order (collectives.cpp, folded_reduce).
+  ReduceOp inside = ReduceOp::SUM, across = ReduceOp::SUM;
 };
 
 struct Transfer {
@@ -130,7 +136,9 @@ class Schedule final : public engine::BackgroundTask,
   bool advance_rounds();
   void finish(std::exception_ptr error);
   void judge_exchange();  // after step 0
-  void agree_on_tree(const HostSplit& split);
+  void agree_on_tree(HostSplitPtr split);
+  // The fold's reduction (`op`: fold_->inside or across) of `inputs` into `out`.
+  void fold_reduce(ReduceOp op, std::span<const std::byte* const> inputs, std::byte* out) const;
   void gather_host();    // the leader, after step 0
   void judge_hosts();    // the leader, after step 1
   void judge_down();     // every member, after step 2
@@ -148,11 +156,11 @@ class Schedule final : public engine::BackgroundTask,
   // The host tree's agreement (agree_on_tree): a message's wires first, then the fold's
   // payload when it carries one.
   struct Tree {
-    std::vector<std::vector<int>> hosts;  // HostSplit::hosts
     // No default member initializers here: with one, clang finds std::optional<Tree> not
     // default-constructible inside Schedule (emplace() fails to compile); emplace()
     // value-initializes, and agree_on_tree sets every field it reads.
-    int mine;
+    HostSplitPtr split;  // the group's (CallSetup::split)
+    const std::vector<int>& mates() const { return split->hosts[static_cast<std::size_t>(split->mine)]; }
     std::vector<Tensor> from_mates;    // the leader: step 0's messages, by place in its host
     Tensor across;                     // the leader: its host's wires [+ partial] (step 1)
     std::vector<Tensor> from_leaders;  // the leader: step 1's messages, by host

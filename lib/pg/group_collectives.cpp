@@ -5,6 +5,7 @@
 
 #include "coll/collectives.hpp"
 #include "coll/kinds.hpp"
+#include "coll/schedule.hpp"
 #include "pg/impl.hpp"
 
 namespace shmdist {
@@ -24,7 +25,13 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.seq = info.id == 0 ? ++s.world_collective_seq : ++s.collective_seq[info.id];
   if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
   setup.blocking = blocking;
-  setup.host_of = s.host_of;
+  if (!s.host_of.empty()) {
+    const std::uint64_t key = std::uint64_t{info.id} << 32 | info.sig;
+    auto at = s.host_splits.find(key);
+    if (at == s.host_splits.end())
+      at = s.host_splits.emplace(key, coll::host_split(setup.group, s.host_of)).first;
+    setup.split = at->second;
+  }
   return setup;
 }
 

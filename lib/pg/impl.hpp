@@ -20,6 +20,10 @@
 
 namespace shmdist {
 
+namespace coll {
+struct HostSplit;
+}
+
 struct ProcessGroup::Impl {
   std::shared_ptr<segment::Segment> segment;
   std::shared_ptr<engine::Engine> engine;
@@ -35,6 +39,9 @@ struct ProcessGroup::Impl {
   // The world group (id 0), the common case, counts apart: no hash lookup per call.
   std::unordered_map<std::uint32_t, std::uint64_t> collective_seq;
   std::uint64_t world_collective_seq = 0;
+  // A job across hosts: by group (id << 32 | sig), how its members sit on the hosts
+  // (coll::host_split, made at the group's first collective; null: the flat schedule serves).
+  std::unordered_map<std::uint64_t, std::shared_ptr<const coll::HostSplit>> host_splits;
   std::unique_ptr<coll::ShmLane> world_lane;  // the world group's collectives
   bool destroyed = false;
   bool supervised = false;

@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(a_mate_whose_input_has_another_size_fails_its_leader) {
   s.group.members = members;
   s.group.me = 0;
   s.seq = 1;
-  s.host_of = host_of;
+  s.split = host_split(s.group, host_of);
   Tensor t = tensor({1.0f, 2.0f, 3.0f, 4.0f});
   const Completion op = all_reduce(s, t, ReduceOp::SUM);
 
