@@ -29,8 +29,11 @@ int step_tag(std::uint64_t seq, std::size_t step) {
 
 std::vector<int> HostSplit::leaders(int root) const {
   std::vector<int> out;
-  for (const auto& h : hosts)
-    out.push_back(root >= 0 && std::find(h.begin(), h.end(), root) != h.end() ? root : h[0]);
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    const std::vector<int>& members = hosts[h];
+    const bool has_root = root >= 0 && std::find(members.begin(), members.end(), root) != members.end();
+    out.push_back(has_root ? root : leader(h));
+  }
   return out;
 }
 
@@ -179,7 +182,8 @@ void Schedule::agree_on_tree(HostSplitPtr split) {
   t.split = std::move(split);
   const std::vector<std::vector<int>>& hosts = t.split->hosts;
   const std::vector<int>& mates = t.mates();
-  const int lead = mates[0];
+  const std::size_t lp = t.split->leader_place(static_cast<std::size_t>(t.split->mine));
+  const int lead = mates[lp];
   // Sized once: add_step() would invalidate references to earlier steps, and a small call's
   // cost is mostly allocations (each vector grown, each tensor made, is one or more).
   steps_.resize(3);
@@ -202,20 +206,21 @@ void Schedule::agree_on_tree(HostSplitPtr split) {
     return;
   }
   t.from_mates.resize(mates.size());
-  for (std::size_t i = 1; i < mates.size(); ++i)
-    any_size(steps_[0], members_[mates[i]], &t.from_mates[i]);
+  for (std::size_t i = 0; i < mates.size(); ++i)
+    if (i != lp) any_size(steps_[0], members_[mates[i]], &t.from_mates[i]);
   steps_[0].after = [this] { gather_host(); };
   t.across = empty({static_cast<std::int64_t>(mates.size() * w + data)}, kUInt8);
   t.down = empty({static_cast<std::int64_t>(n * w + data)}, kUInt8);
   t.from_leaders.resize(hosts.size());
   for (std::size_t h = 0; h < hosts.size(); ++h) {
     if (static_cast<int>(h) == t.split->mine) continue;
-    steps_[1].transfers.push_back({Transfer::Dir::Send, members_[hosts[h][0]], t.across});
-    any_size(steps_[1], members_[hosts[h][0]], &t.from_leaders[h]);
+    const int other = members_[static_cast<std::size_t>(t.split->leader(h))];
+    steps_[1].transfers.push_back({Transfer::Dir::Send, other, t.across});
+    any_size(steps_[1], other, &t.from_leaders[h]);
   }
   steps_[1].after = [this] { judge_hosts(); };
-  for (std::size_t i = 1; i < mates.size(); ++i)
-    steps_[2].transfers.push_back({Transfer::Dir::Send, members_[mates[i]], t.down});
+  for (std::size_t i = 0; i < mates.size(); ++i)
+    if (i != lp) steps_[2].transfers.push_back({Transfer::Dir::Send, members_[mates[i]], t.down});
   steps_[2].after = [this] {
     if (tree_->verdict) std::rethrow_exception(tree_->verdict);
   };
@@ -228,16 +233,19 @@ void Schedule::agree_on_tree(HostSplitPtr split) {
 void Schedule::gather_host() {
   Tree& t = *tree_;
   const std::vector<int>& mates = t.mates();
+  const std::size_t lp = t.split->leader_place(static_cast<std::size_t>(t.split->mine));
   const std::size_t w = own_wire_.size();
-  std::memcpy(bytes_of(t.across), own_wire_.data(), w);
+  std::memcpy(bytes_of(t.across) + lp * w, own_wire_.data(), w);
   bool agree = true;
-  for (std::size_t i = 1; i < mates.size(); ++i) {
+  for (std::size_t i = 0; i < mates.size(); ++i) {
+    if (i == lp) continue;
     copy_wire(t.from_mates[i], 0, w, bytes_of(t.across) + i * w);
     agree = agree && std::memcmp(bytes_of(t.across) + i * w, own_wire_.data(), w) == 0;
   }
   if (!fold_) return;
   const std::size_t data = fold_->tensor.nbytes();
-  for (std::size_t i = 1; i < mates.size() && agree; ++i) {
+  for (std::size_t i = 0; i < mates.size() && agree; ++i) {
+    if (i == lp) continue;
     const std::size_t got = t.from_mates[i].nbytes();
     if (got == w + data) continue;
     agree = false;
@@ -260,9 +268,9 @@ void Schedule::gather_host() {
     std::memcpy(partial, fold_->tensor.data_ptr(), data);
     return;
   }
-  std::vector<const std::byte*> inputs(mates.size());
-  inputs[0] = bytes_of(fold_->tensor);
-  for (std::size_t i = 1; i < mates.size(); ++i) inputs[i] = bytes_of(t.from_mates[i]) + w;
+  std::vector<const std::byte*> inputs(mates.size());  // by place: group-rank order
+  for (std::size_t i = 0; i < mates.size(); ++i)
+    inputs[i] = i == lp ? bytes_of(fold_->tensor) : bytes_of(t.from_mates[i]) + w;
   fold_reduce(fold_->inside, inputs, partial);
 }
 
@@ -297,7 +305,7 @@ void Schedule::judge_hosts() {
         const std::size_t at = hosts[h].size() * w;
         if (msg.nbytes() != at + data)
           throw Error(ctx_.name() + ": the leader of another host, global rank " +
-                      std::to_string(members_[static_cast<std::size_t>(hosts[h][0])]) +
+                      std::to_string(members_[static_cast<std::size_t>(t.split->leader(h))]) +
                       ", sent " + std::to_string(msg.nbytes() - std::min(msg.nbytes(), at)) +
                       " bytes of its host's partial, where every call agreed on " +
                       std::to_string(data) + "; a corrupt peer or mismatched builds: rebuild "
@@ -329,7 +337,7 @@ void Schedule::judge_down() {
   judge_tree_wires();
   if (!fold_) return;
   const std::size_t data = fold_->tensor.nbytes();
-  const int lead = t.mates()[0];
+  const int lead = t.split->leader(static_cast<std::size_t>(t.split->mine));
   if (got.nbytes() != n * w + data)
     throw Error(ctx_.name() + ": this host's leader, global rank " +
                 std::to_string(members_[static_cast<std::size_t>(lead)]) +

@@ -58,10 +58,19 @@ struct CallSetup {
 // all_reduce on hosts of equal size likewise, but among each column of the hosts' members
 // (collectives.cpp, reduce_by_columns) instead of the leaders alone. Hosts are
 // taken in the order of their first member's group rank, each host's members in group-rank
-// order; a host's leader is its first member (for broadcast the root leads its host).
+// order. Host h's leader is its member at place h mod (its size): on hosts that share a
+// machine's CPUs (containers on one box, emulated hosts), ranks bound round robin by their
+// place would otherwise put every host's leader, and all the traffic between hosts, on the
+// same CPU (on 2 emulated hosts x 2 ranks bound that way, 4 B all_reduce took 43-44 us with
+// first members leading and 31.5 us spread, docs/hosts.md); on separate machines it changes
+// nothing. Who leads changes no result: reductions keep the order above. For broadcast the
+// root leads its host.
 struct HostSplit {
   std::vector<std::vector<int>> hosts;  // group ranks, per host
   int mine = 0;                         // this member's host
+  // Host h's leader: its place in hosts[h], and its group rank.
+  std::size_t leader_place(std::size_t h) const { return h % hosts[h].size(); }
+  int leader(std::size_t h) const { return hosts[h][leader_place(h)]; }
   // Each host's leader (group rank); `root` (a group rank, or -1) leads its own host.
   std::vector<int> leaders(int root) const;
 };

@@ -35,7 +35,8 @@ Tensor byte_tensor(const std::vector<std::byte>& bytes) {
 
 BOOST_AUTO_TEST_SUITE(host_tree)
 
-// Global rank 0 leads host A (ranks 0, 1); rank 2 leads host B (ranks 2, 3). Every member's
+// Global rank 0 leads host A (ranks 0, 1); rank 3 leads host B (ranks 2, 3: host 1's leader is
+// its member at place 1, HostSplit::leader). Every member's
 // fingerprint is the same all_reduce, but rank 1's message carries 4 bytes fewer input than
 // that call has: a corrupt peer. Rank 0 must not reduce (it used to take its host's partial
 // from memory nobody wrote, return it on host A, while host B raised): it raises naming
@@ -67,11 +68,11 @@ BOOST_AUTO_TEST_CASE(a_mate_whose_input_has_another_size_fails_its_leader) {
   std::vector<std::byte> up = wire;
   up.resize(w + 12, std::byte{0x7f});
   rig.arrive(1, byte_tensor(up), tree_key(1, 0));
-  // Rank 2: host B's wires and a well-formed partial.
+  // Rank 3: host B's wires and a well-formed partial.
   std::vector<std::byte> across = wire;
   across.insert(across.end(), wire.begin(), wire.end());
   across.resize(2 * w + 16, std::byte{0});
-  rig.arrive(2, byte_tensor(across), tree_key(1, 1));
+  rig.arrive(3, byte_tensor(across), tree_key(1, 1));
 
   BOOST_CHECK_THROW(rig.engine->wait(*op, 5000ms), Error);
   BOOST_TEST((op->status == detail::Operation::Status::Failed));
@@ -82,10 +83,87 @@ BOOST_AUTO_TEST_CASE(a_mate_whose_input_has_another_size_fails_its_leader) {
   BOOST_TEST(t.data<float>()[0] == 1.0f);
   BOOST_TEST(t.data<float>()[3] == 4.0f);
   // Host B got this host's wires without a partial, rank 1 every wire without a result.
-  BOOST_REQUIRE(rig.wire->outbound[2].size() == 1);
-  BOOST_TEST(rig.wire->outbound[2][0].bytes.size() == 2 * w);
+  BOOST_REQUIRE(rig.wire->outbound[3].size() == 1);
+  BOOST_TEST(rig.wire->outbound[3][0].bytes.size() == 2 * w);
   BOOST_REQUIRE(rig.wire->outbound[1].size() == 1);
   BOOST_TEST(rig.wire->outbound[1][0].bytes.size() == 4 * w);
+}
+
+// Leaders are spread over the hosts' places (host h: place h mod its size), whatever the
+// sizes; the root of a broadcast leads its own host.
+BOOST_AUTO_TEST_CASE(leaders_are_spread_over_the_places) {
+  const std::vector<int> members{0, 1, 2, 3, 4, 5};
+  GroupView g;
+  g.members = members;
+  g.me = 0;
+  const HostSplitPtr two = host_split(g, std::vector<int>{0, 0, 1, 1, 0, 1});
+  BOOST_REQUIRE(two);
+  BOOST_TEST(two->leaders(-1) == (std::vector<int>{0, 3}));  // hosts [0 1 4], [2 3 5]
+  BOOST_TEST(two->leaders(5) == (std::vector<int>{0, 5}));
+  BOOST_TEST(two->leaders(4) == (std::vector<int>{4, 3}));
+  const HostSplitPtr three = host_split(g, std::vector<int>{0, 1, 1, 2, 2, 2});
+  BOOST_REQUIRE(three);
+  BOOST_TEST(three->leaders(-1) == (std::vector<int>{0, 2, 5}));  // [0], [1 2], [3 4 5]
+  // Every host holds one member: the flat schedule serves (no split).
+  BOOST_TEST(!host_split(g, std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+// A leader at place 1 of its host (global rank 3 leads host B, ranks 2 and 3): its mate's
+// input and its own are reduced in group-rank order with host A's partial after them, the
+// result goes down to its mate with every wire, and host A's leader gets this host's wires
+// by place and its partial.
+BOOST_AUTO_TEST_CASE(a_leader_at_place_one_reduces_in_group_rank_order) {
+  Rig rig(3, 4, 5000ms);
+  const std::vector<int> members{0, 1, 2, 3};
+  const std::vector<int> host_of{0, 0, 1, 1};
+  CallSetup s;
+  s.engine = rig.engine.get();
+  s.group.members = members;
+  s.group.me = 3;
+  s.seq = 1;
+  s.split = host_split(s.group, host_of);
+  Tensor t = tensor({1.0f, 2.0f, 3.0f, 4.0f});
+  const Completion op = all_reduce(s, t, ReduceOp::SUM);
+
+  CallDescription call;
+  call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
+  call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
+  call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
+  call.fp.group_size = 4;
+  call.fp.seq = 1;
+  call.fp.count = 4;
+  const std::size_t w = wire_size(4);
+  std::vector<std::byte> wire(w);
+  encode(call, 4, wire.data());
+  auto with_floats = [&](std::vector<std::byte> head, std::vector<float> values) {
+    const std::size_t at = head.size();
+    head.resize(at + 4 * values.size());
+    std::memcpy(head.data() + at, values.data(), 4 * values.size());
+    return head;
+  };
+  // Rank 2, this host's other member: its wire and input.
+  rig.arrive(2, byte_tensor(with_floats(wire, {10.0f, 20.0f, 30.0f, 40.0f})), tree_key(1, 0));
+  // Rank 0, host A's leader: host A's two wires and its partial.
+  std::vector<std::byte> wires_a = wire;
+  wires_a.insert(wires_a.end(), wire.begin(), wire.end());
+  rig.arrive(0, byte_tensor(with_floats(wires_a, {100.0f, 200.0f, 300.0f, 400.0f})),
+             tree_key(1, 1));
+
+  BOOST_TEST(rig.engine->wait(*op, 5000ms));
+  BOOST_TEST(t.data<float>()[0] == 111.0f);
+  BOOST_TEST(t.data<float>()[3] == 444.0f);
+  // Across to rank 0: host B's wires and its partial (rank 2's input + rank 3's).
+  BOOST_REQUIRE(rig.wire->outbound[0].size() == 1);
+  const std::vector<std::byte>& across = rig.wire->outbound[0][0].bytes;
+  BOOST_REQUIRE(across.size() == 2 * w + 16);
+  float partial[4];
+  std::memcpy(partial, across.data() + 2 * w, 16);
+  BOOST_TEST(partial[0] == 11.0f);
+  BOOST_TEST(partial[3] == 44.0f);
+  // Down to rank 2: every wire and the result; nothing to rank 1 (host A's leader tells it).
+  BOOST_REQUIRE(rig.wire->outbound[2].size() == 1);
+  BOOST_TEST(rig.wire->outbound[2][0].bytes.size() == 4 * w + 16);
+  BOOST_TEST(rig.wire->outbound[1].empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
