@@ -179,11 +179,11 @@ void recv(Step& step, int peer, Tensor view) {
 // from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB; the columns' read
 // 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
-// ... and the columns' below this size only: at 16 MiB they read slower than the flat one
-// (median of 5 interleaved pairs 0.80x, two more loaded sessions 0.75x: 3 steps one after
-// another, each moving half the tensor, where the flat one moves quarters to every member at
-// once); 1.2-2.7x faster from 64 KiB to 2 MiB, within noise at 4-8 MiB (docs/hosts.md).
-constexpr std::uint64_t kColumnsBelow = 16 << 20;
+// The columns' serve every larger size: they once read slower than the flat one at 16 MiB
+// (0.75-0.80x), but that measured both schedules zeroing their staging buffers every call
+// (8 and 16 MiB); with scratch buffers they read faster there in 4 interleaved pairs of 4
+// (median 25.8 against 27.7 ms) and at 32 MiB in 2 of 2 (62-64 against 71-74 ms)
+// (docs/hosts.md).
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
 // host's inputs in group-rank order, then the host partials in host order, the partials
@@ -261,7 +261,7 @@ void exchange(Schedule& sch, const Builder& b, const std::vector<Tensor>& sends,
   step.after = [from, to] { copy_elements(from, to); };
 }
 
-// all_reduce across hosts from kLeadersBelow to kColumnsBelow, when every host holds the same
+// all_reduce across hosts from kLeadersBelow up, when every host holds the same
 // number k of the group's members (the columns: a host's member at place p, in group-rank
 // order, is column p): three data steps after the host tree's agreement, each member doing
 // 1/k of the work, where the flat schedule sends 2 (n - 1) slices of 1/n per member, most of
@@ -592,7 +592,7 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow)
     return finish(b.make(folded_reduce(tensor, op)), tensor.nbytes());
   auto sch = b.make();
-  if (b.ok() && split && same_size_hosts(*split) && tensor.nbytes() < kColumnsBelow) {
+  if (b.ok() && split && same_size_hosts(*split)) {
     reduce_by_columns(*sch, b, tensor, op, *split);
   } else if (b.ok()) {
     const int n = b.n(), me = b.me();
