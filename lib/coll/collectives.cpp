@@ -177,10 +177,8 @@ void recv(Step& step, int peer, Tensor view) {
 // for large ones every member moving its part at once wins (the leaders' schedule was 2-4x
 // slower than the flat one from 128 KiB up; folded into the agreement, still about 2x slower
 // from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB; the columns' read
-// 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs). With the leaders spread
-// over the hosts' places (HostSplit::leader) the leaders' schedule also won at 64 KiB (106-112
-// against 124-130 us, 3 interleaved pairs) and lost at 128 KiB (263-293 against 234-243).
-constexpr std::uint64_t kLeadersBelow = 128 * 1024;
+// 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs).
+constexpr std::uint64_t kLeadersBelow = 64 * 1024;
 // The columns' serve every larger size: they once read slower than the flat one at 16 MiB
 // (0.75-0.80x), but that measured both schedules zeroing their staging buffers every call
 // (8 and 16 MiB); with scratch buffers they read faster there in 4 interleaved pairs of 4
