@@ -31,6 +31,33 @@ Tensor byte_tensor(const std::vector<std::byte>& bytes) {
   return t;
 }
 
+// Hosts [0, 1] and [2, 3]: call #1 on the world group of 4, as global rank `me` makes it.
+const std::vector<int> kMembers{0, 1, 2, 3};
+const std::vector<int> kHostOf{0, 0, 1, 1};
+CallSetup two_hosts(Rig& rig, int me) {
+  CallSetup s;
+  s.engine = rig.engine.get();
+  s.group.members = kMembers;
+  s.group.me = me;
+  s.seq = 1;
+  s.split = host_split(s.group, kHostOf);
+  return s;
+}
+
+// The fingerprint every member sends for that call: all_reduce SUM of 4 float32.
+std::vector<std::byte> sum_of_four_wire() {
+  CallDescription call;
+  call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
+  call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
+  call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
+  call.fp.group_size = 4;
+  call.fp.seq = 1;
+  call.fp.count = 4;
+  std::vector<std::byte> wire(wire_size(4));
+  encode(call, 4, wire.data());
+  return wire;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(host_tree)
@@ -43,27 +70,10 @@ BOOST_AUTO_TEST_SUITE(host_tree)
 // rank 1, sends no partial across and no result down.
 BOOST_AUTO_TEST_CASE(a_mate_whose_input_has_another_size_fails_its_leader) {
   Rig rig(0, 4, 5000ms);
-  const std::vector<int> members{0, 1, 2, 3};
-  const std::vector<int> host_of{0, 0, 1, 1};
-  CallSetup s;
-  s.engine = rig.engine.get();
-  s.group.members = members;
-  s.group.me = 0;
-  s.seq = 1;
-  s.split = host_split(s.group, host_of);
   Tensor t = tensor({1.0f, 2.0f, 3.0f, 4.0f});
-  const Completion op = all_reduce(s, t, ReduceOp::SUM);
-
-  CallDescription call;
-  call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
-  call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
-  call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
-  call.fp.group_size = 4;
-  call.fp.seq = 1;
-  call.fp.count = 4;
+  const Completion op = all_reduce(two_hosts(rig, 0), t, ReduceOp::SUM);
   const std::size_t w = wire_size(4);
-  std::vector<std::byte> wire(w);
-  encode(call, 4, wire.data());
+  const std::vector<std::byte> wire = sum_of_four_wire();
   // Rank 1: its wire and 12 bytes of input where the call says 16.
   std::vector<std::byte> up = wire;
   up.resize(w + 12, std::byte{0x7f});
@@ -114,27 +124,10 @@ BOOST_AUTO_TEST_CASE(leaders_are_spread_over_the_places) {
 // by place and its partial.
 BOOST_AUTO_TEST_CASE(a_leader_at_place_one_reduces_in_group_rank_order) {
   Rig rig(3, 4, 5000ms);
-  const std::vector<int> members{0, 1, 2, 3};
-  const std::vector<int> host_of{0, 0, 1, 1};
-  CallSetup s;
-  s.engine = rig.engine.get();
-  s.group.members = members;
-  s.group.me = 3;
-  s.seq = 1;
-  s.split = host_split(s.group, host_of);
   Tensor t = tensor({1.0f, 2.0f, 3.0f, 4.0f});
-  const Completion op = all_reduce(s, t, ReduceOp::SUM);
-
-  CallDescription call;
-  call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
-  call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
-  call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
-  call.fp.group_size = 4;
-  call.fp.seq = 1;
-  call.fp.count = 4;
+  const Completion op = all_reduce(two_hosts(rig, 3), t, ReduceOp::SUM);
   const std::size_t w = wire_size(4);
-  std::vector<std::byte> wire(w);
-  encode(call, 4, wire.data());
+  const std::vector<std::byte> wire = sum_of_four_wire();
   auto with_floats = [&](std::vector<std::byte> head, std::vector<float> values) {
     const std::size_t at = head.size();
     head.resize(at + 4 * values.size());
