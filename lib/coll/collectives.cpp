@@ -42,7 +42,8 @@ std::int64_t slice_len(std::int64_t count, int n, int j) {
 // (the 2 MiB stage reused from the heap is memset each call).
 Tensor scratch(std::int64_t count, DType dtype) {
   const std::size_t nbytes = static_cast<std::size_t>(count) * element_size(dtype);
-  std::shared_ptr<void> owner(std::malloc(std::max<std::size_t>(nbytes, 1)), std::free);
+  std::shared_ptr<void> owner(std::malloc(std::max<std::size_t>(nbytes, 1)),
+                              [](void* p) { std::free(p); });
   if (!owner) throw std::bad_alloc();
   return Tensor::from_blob(owner.get(), {count}, dtype, owner);
 }
@@ -179,11 +180,15 @@ void recv(Step& step, int peer, Tensor view) {
 // from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB; the columns' read
 // 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs).
 constexpr std::uint64_t kLeadersBelow = 64 * 1024;
-// The columns' serve every larger size: they once read slower than the flat one at 16 MiB
-// (0.75-0.80x), but that measured both schedules zeroing their staging buffers every call
-// (8 and 16 MiB); with scratch buffers they read faster there in 4 interleaved pairs of 4
-// (median 25.8 against 27.7 ms) and at 32 MiB in 2 of 2 (62-64 against 71-74 ms)
-// (docs/hosts.md).
+// The columns' serve every larger size when the hosts are no more than each host's members
+// (the stage then holds at most the tensor, and no member sends more between hosts than the
+// flat schedule): they once read slower than the flat one at 16 MiB (0.75-0.80x), but that
+// measured both schedules zeroing their staging buffers every call (8 and 16 MiB); with
+// scratch buffers they read faster there in 4 interleaved pairs of 4 (median 25.8 against
+// 27.7 ms) and at 32 MiB in 2 of 2 (62-64 against 71-74 ms) on 2 hosts x 2 ranks
+// (docs/hosts.md). With more hosts than members a host, below this size only (a stage of
+// hosts/k times the slice, (hosts - 1)/k of the tensor sent between hosts per member).
+constexpr std::uint64_t kColumnsBelow = 16 << 20;
 
 // Reduces the members' inputs (by group rank) in the documented order: with a split, each
 // host's inputs in group-rank order, then the host partials in host order, the partials
@@ -592,7 +597,9 @@ Completion all_reduce(const CallSetup& s, Tensor& tensor, ReduceOp op) {
   if (b.ok() && split && tensor.numel() > 0 && tensor.nbytes() < kLeadersBelow)
     return finish(b.make(folded_reduce(tensor, op)), tensor.nbytes());
   auto sch = b.make();
-  if (b.ok() && split && same_size_hosts(*split)) {
+  if (b.ok() && split && same_size_hosts(*split) &&
+      (tensor.nbytes() < kColumnsBelow ||
+       split->hosts.size() <= split->hosts[static_cast<std::size_t>(split->mine)].size())) {
     reduce_by_columns(*sch, b, tensor, op, *split);
   } else if (b.ok()) {
     const int n = b.n(), me = b.me();

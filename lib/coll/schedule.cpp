@@ -191,7 +191,8 @@ void Schedule::agree_on_tree(HostSplitPtr split) {
   steps_[0].transfers.reserve(leads ? mates.size() - 1 : 1);
   steps_[1].transfers.reserve(leads ? 2 * (hosts.size() - 1) : 0);
   steps_[2].transfers.reserve(leads ? mates.size() - 1 : 1);
-  // A receive of any size needs no view of its own: one empty tensor serves them all.
+  // A receive of any size needs no buffer of its own: one empty tensor's storage serves them
+  // all (each Transfer still holds its own copy of the handle).
   static const Tensor no_view = empty({0}, kUInt8);
   auto any_size = [](Step& step, int peer, Tensor* landing) {
     step.transfers.push_back({Transfer::Dir::Recv, peer, no_view, landing});

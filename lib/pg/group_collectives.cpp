@@ -22,9 +22,7 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
   setup.group.sig = info.sig;
   setup.group.members = info.members;
   setup.group.me = info.my_rank;
-  setup.seq = info.id == 0 ? ++s.world_collective_seq : ++s.collective_seq[info.id];
-  if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
-  setup.blocking = blocking;
+  // The split before the count: if making it throws (out of memory), no call was counted.
   if (!s.host_of.empty()) {
     const std::uint64_t key = std::uint64_t{info.id} << 32 | info.sig;
     auto at = s.host_splits.find(key);
@@ -32,6 +30,9 @@ coll::CallSetup setup(ProcessGroup::Impl& s, const Group& group, const char* cal
       at = s.host_splits.emplace(key, coll::host_split(setup.group, s.host_of)).first;
     setup.split = at->second;
   }
+  setup.seq = info.id == 0 ? ++s.world_collective_seq : ++s.collective_seq[info.id];
+  if (info.id == 0 && s.world_lane) setup.lane = s.world_lane.get();
+  setup.blocking = blocking;
   return setup;
 }
 

@@ -364,13 +364,20 @@ void reduce_order() {
 // group goes on. Each case has one rank call otherwise: a member on another host than rank
 // 0's that is not its host's leader (another count; invalid arguments of its own), another
 // host's leader (another op), a member of rank 0's host (another dtype), and rank 0, the
-// first leader (broadcast instead of all_reduce).
+// first leader (broadcast instead of all_reduce). Host h (numbered by its lowest rank) is led
+// by its member at place h mod its size (HostSplit::leader): on a,a,b,b, ranks 0 and 3.
 void folded_agreement() {
   const std::vector<std::string> hosts = hosts_of_ranks();
   auto leader_of = [&](int r) {
+    std::vector<std::string> order;  // the hosts, by their lowest rank
     for (int q = 0; q < world; ++q)
-      if (hosts[q] == hosts[r]) return q;
-    return r;
+      if (std::find(order.begin(), order.end(), hosts[q]) == order.end()) order.push_back(hosts[q]);
+    const auto h = static_cast<std::size_t>(std::find(order.begin(), order.end(), hosts[r]) -
+                                            order.begin());
+    std::vector<int> members;
+    for (int q = 0; q < world; ++q)
+      if (hosts[q] == hosts[r]) members.push_back(q);
+    return members[h % members.size()];
   };
   int other_leader = world - 1, other_mate = world - 1, own_mate = world - 1;
   for (int r = world - 1; r > 0; --r) {
