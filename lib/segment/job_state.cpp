@@ -146,7 +146,17 @@ int root_cause(const Segment& seg, int rank) {
 bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
   SegmentHeader& h = seg.header();
   bool first = false;
-  if (rank >= 0 && rank < seg.world_size()) {
+  if (rank < 0) {
+    // An abort without a rank is the job's first cause too, if no rank failed before it: a
+    // rank that ends because of it (it raised PeerFailure and exited) must not take its place
+    // when a peer sees that end first. (A rank that saw the holder of a shared identity vanish
+    // after it had aborted the job used to name that rank, "gone without finalizing".)
+    // Release: describe_job_failure's acquire load of failed_rank that reads kAbortedFirst
+    // also sees abort_reason, stored (relaxed) before this call by record_job_abort.
+    int expected = -1;
+    first = h.failed_rank.compare_exchange_strong(expected, kAbortedFirst,
+                                                  std::memory_order_acq_rel);
+  } else if (rank < seg.world_size()) {
     // A rank that saw a peer vanish knows less than the launcher, which may already have
     // written how the peer ended into its control block: use that.
     if (!says_how(kind)) {

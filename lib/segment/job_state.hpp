@@ -23,7 +23,9 @@ std::string describe_job_failure(const Segment& seg);
 void record_rank_end(const Segment& seg, int rank, EndKind kind, int code);
 // Makes `rank` the job's failed rank unless an earlier failure is recorded, marks the job
 // aborted and wakes every rank. Returns true if this call recorded the first failure.
-// rank -1: aborts the job without naming a rank (launcher timeout, signal). A record that
+// rank -1: aborts the job without naming a rank (launcher timeout, signal, shared identity);
+// the abort is then the first failure unless a rank's was recorded before (failed_rank
+// becomes kAbortedFirst, and a rank that ends afterwards is not named as the cause). A record that
 // only says the rank is gone (Vanished) takes the exact end from the rank's control block
 // when the launcher has written it there, and is completed by a later call that says how.
 // A rank with a recorded root cause (record_failure_cause) whose end is unknown is replaced

@@ -48,6 +48,9 @@ enum class AbortReason : std::uint32_t { None = 0, Timeout = 1, Startup = 2, Sha
 // SegmentHeader::flags
 inline constexpr std::uint32_t kThreadMode = 1;  // all ranks are threads of the creator
 inline constexpr std::uint32_t kStartedByLaunch = 2;  // shmdist::launch, not shmrun
+// SegmentHeader::failed_rank when the job was aborted (abort_reason) before any rank failed:
+// a rank that ends afterwards, because of the abort, is never recorded as its cause.
+inline constexpr std::int32_t kAbortedFirst = -2;
 
 // How a rank ended, as recorded by the launcher (or by the rank itself).
 enum class EndKind : std::uint32_t {
@@ -81,7 +84,7 @@ struct SegmentHeader {
 
   // Job-wide state, changed at runtime (own line).
   alignas(kLine) std::atomic<std::uint32_t> job_state;  // JobState
-  std::atomic<std::int32_t> failed_rank;                // first rank known to have failed, or -1
+  std::atomic<std::int32_t> failed_rank;  // first rank known to have failed, -1, or kAbortedFirst
   std::atomic<std::uint32_t> failed_kind;               // EndKind
   std::atomic<std::int32_t> failed_code;
   std::atomic<std::uint32_t> attached;                  // ranks that attached so far
