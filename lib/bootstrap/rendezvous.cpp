@@ -291,17 +291,18 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
         job_id, world, "rank 0 of the job '" + job_id + "' (pid " + std::to_string(getpid()) +
                            ") learned that another job with its identity was started"));
   };
+  auto throw_aborted = [&] {
+    remove_name_of(obj.fd, name);
+    const std::string why = segment::describe_job_failure(*seg);
+    if (seg->header().abort_reason.load(std::memory_order_acquire) ==
+        static_cast<std::uint32_t>(segment::AbortReason::SharedIdentity))
+      throw SetupError(rank_text(rank) + " of the job '" + job_id + "': " + why);
+    throw PeerFailure(why);
+  };
   auto next_check = Clock::now();
   while (attached.load(std::memory_order_acquire) < static_cast<std::uint32_t>(world)) {
     const auto now = Clock::now();
-    if (aborted()) {
-      remove_name_of(obj.fd, name);
-      const std::string why = segment::describe_job_failure(*seg);
-      if (seg->header().abort_reason.load(std::memory_order_acquire) ==
-          static_cast<std::uint32_t>(segment::AbortReason::SharedIdentity))
-        throw SetupError(rank_text(rank) + " of the job '" + job_id + "': " + why);
-      throw PeerFailure(why);
-    }
+    if (aborted()) throw_aborted();
     check_collision(/*look_at_mark=*/now >= next_check);
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(50);
@@ -317,6 +318,10 @@ JoinedWorld join_by_rendezvous(int rank, int world, const std::string& job_id,
       const int dead = dead_participant(*seg, rank, pid);
       // A rank that ended once everyone had joined is the transport's business, not ours.
       if (dead != -2 && attached.load(std::memory_order_acquire) < std::uint32_t(world)) {
+        // A rank that aborted the job (a shared identity) and then exited: the abort is
+        // why, not its end. It stored the abort before it exited; the exit, seen here
+        // through the kernel (pidfd or kill), comes after every store the process made.
+        if (aborted()) throw_aborted();
         if (dead >= 0) segment::record_job_failure(*seg, dead, segment::EndKind::Vanished, 0);
         remove_name_of(obj.fd, name);
         throw PeerFailure(

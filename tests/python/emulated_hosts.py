@@ -64,12 +64,14 @@ def free_port():
             return s.getsockname()[1]
 
 
-def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd=None):
+def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd=None,
+                fork=False):
     """Starts `script args` as an env:// job (MASTER_ADDR 127.0.0.1, a free MASTER_PORT), one
     emulated host per entry of `hosts` (the global ranks of each), through host_launch.py
-    (which gives up on its ranks `timeout` - 20 s in). `envs[h]` is host h's environment
-    (WORLD_SIZE, if not in it, is the number of ranks). All processes are in one process group,
-    that of the first host's: os.killpg(procs[0].pid, 9) ends them all. Returns the Popens."""
+    (which gives up on its ranks `timeout` - 20 s in; with `fork`, it imports torch once and
+    forks its ranks). `envs[h]` is host h's environment (WORLD_SIZE, if not in it, is the
+    number of ranks). All processes are in one process group, that of the first host's:
+    os.killpg(procs[0].pid, 9) ends them all. Returns the Popens."""
     port = str(free_port())
     world = sum(len(h) for h in hosts)
     procs = []
@@ -77,7 +79,8 @@ def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd
         env = dict(envs[h] if envs else os.environ)
         env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
         env.setdefault("WORLD_SIZE", str(world))
-        cmd = in_own_dev_shm([python or sys.executable, str(HOST_LAUNCH), str(timeout - 20),
+        cmd = in_own_dev_shm([python or sys.executable, str(HOST_LAUNCH),
+                              *(["--fork"] if fork else []), str(timeout - 20),
                               str(script), *map(str, ranks), "--", *args])
         kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -2,7 +2,8 @@
 private mount namespace with its own /dev/shm tmpfs (unshare -m, which needs root or user
 namespaces), its ranks joined with the other host's through env:// on 127.0.0.1. Every host
 runs workers/host_launch.py, which starts its ranks, waits for them and reports what they left
-in that host's /dev/shm (gone with the namespace, so only it can look)."""
+in that host's /dev/shm (gone with the namespace, so only it can look). It imports torch once
+and forks its ranks (--fork); test_torchrun_two_nodes starts fresh ranks through torchrun."""
 
 import os
 import subprocess
@@ -29,7 +30,8 @@ def run_hosts(hosts, mode, world_sizes=None, timeout=150, extra_env=None, args=(
     world = sum(len(h) for h in hosts)
     envs = [base_env({"WORLD_SIZE": str(world_sizes[h] if world_sizes else world),
                       **(extra_env or {})}) for h in range(len(hosts))]
-    procs = start_hosts(hosts, WORKERS / script, [mode, *args], envs, timeout, PYTHON)
+    procs = start_hosts(hosts, WORKERS / script, [mode, *args], envs, timeout, PYTHON,
+                        fork=True)
     reports, why = wait_hosts(procs, timeout)
     if reports is None:
         pytest.fail(why)
