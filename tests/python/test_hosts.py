@@ -788,3 +788,65 @@ def test_hosts_sharing_a_machine_count_their_share_of_its_cpus():
     share = max(1, mine // 4)
     assert r.stdout.strip() == str([mine, mine, share if share < mine else mine, 3]), \
         r.stdout + r.stderr
+
+
+_LINK_OVER = r"""
+import socket, sys, threading
+import numpy as np
+from shmdist._hosts import link
+
+family = {"4": socket.AF_INET, "6": socket.AF_INET6}[sys.argv[1]]
+loopback = {"4": "127.0.0.1", "6": "::1"}[sys.argv[1]]
+# The host's name resolves to this family's loopback only, as on a host with one address.
+real = socket.getaddrinfo
+link.socket.getaddrinfo = lambda host, *a, **k: (
+    [(family, socket.SOCK_STREAM, 6, "", (loopback, 0))] if host == socket.gethostname()
+    else real(host, *a, **k))
+chosen, address = link._address()
+print("ADDRESS", "IPv6" if chosen == socket.AF_INET6 else "IPv4", address)
+
+class Work:
+    def wait(self):
+        pass
+
+class Leaders:  # the leaders' gloo group, played: an all_gather between two threads
+    slots, met = [None, None], threading.Barrier(2)
+    def __init__(self, index):
+        self.index = index
+    def allgather(self, outputs, inputs):
+        Leaders.slots[self.index] = inputs[0].clone()
+        Leaders.met.wait()
+        for h, t in enumerate(outputs[0]):
+            t.copy_(Leaders.slots[h])
+        Leaders.met.wait()
+        return Work()
+
+got = [None, None]
+def leader(i):
+    fl = link._FrameLink(Leaders(i), i, 2, 10.0, lambda h: "leader %d" % h)
+    frames = [np.zeros(8, dtype=np.uint8) for _ in range(2)]
+    fl.post(np.full(8, 10 + i, dtype=np.uint8))  # a call this leader left at once
+    fl.swap(np.full(8, 20 + i, dtype=np.uint8), frames)
+    got[i] = (fl.peers[1 - i].family == family, [int(f[0]) for f in frames])
+    fl.close()
+
+threads = [threading.Thread(target=leader, args=(i,)) for i in range(2)]
+for t in threads: t.start()
+for t in threads: t.join(30)
+print("LINK", got)
+"""
+
+
+@pytest.mark.parametrize("version", ["4", "6"])
+def test_the_leaders_link_takes_the_hosts_address_ipv4_or_ipv6(version):
+    """The leaders' connections (link._FrameLink) listen on the address gloo's device takes:
+    the first address of the host's name that a socket binds, IPv4 or IPv6 (before: IPv4
+    only, so a host whose name had only an IPv6 address listened on 127.0.0.1, unreachable
+    from the other hosts). Two leaders, threads of one process, over the family's loopback:
+    each reads the other's frame of the call after one it left (post), and its own."""
+    r = subprocess.run([PYTHON, "-c", _LINK_OVER, version], env=base_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    address = "IPv6 ::1" if version == "6" else "IPv4 127.0.0.1"
+    assert f"ADDRESS {address}" in r.stdout, r.stdout + r.stderr
+    assert "LINK [(True, [20, 21]), (True, [20, 21])]" in r.stdout, r.stdout + r.stderr

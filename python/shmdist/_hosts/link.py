@@ -9,6 +9,7 @@ around each; on two hosts that share CPUs with their host mates (as the emulated
 """
 
 import fcntl
+import ipaddress
 import os
 import socket
 import struct
@@ -18,28 +19,53 @@ import torch
 from .. import _C
 
 
+def _interface_address(name):
+    """The address of interface `name`, as gloo's device for GLOO_SOCKET_IFNAME takes one: its
+    IPv4 address, else its first IPv6 address of global scope (/proc/net/if_inet6)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                                 struct.pack("256s", name[:15].encode()))
+            return socket.AF_INET, socket.inet_ntoa(packed[20:24])
+        except OSError as e:
+            why = str(e)
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:  # address, index, prefix length, scope, flags, interface
+                fields = line.split()
+                if len(fields) == 6 and fields[5] == name and fields[3] == "00":
+                    return socket.AF_INET6, socket.inet_ntop(socket.AF_INET6,
+                                                             bytes.fromhex(fields[0]))
+    except OSError:
+        pass
+    raise _C.InvalidArgument(
+        "shm backend: GLOO_SOCKET_IFNAME names " + repr(name) + ", which has no IPv4 address "
+        "(" + why + ") and no global IPv6 address here; name this host's interface to the "
+        "other hosts") from None
+
+
 def _address():
-    """The IPv4 address this leader listens on: the one gloo's default device takes (the
-    interface GLOO_SOCKET_IFNAME names, else the host name's address), else loopback."""
+    """(family, address) this leader listens on: the one gloo's default device takes (the
+    interface GLOO_SOCKET_IFNAME names, else the first address of the host's name, IPv4 or
+    IPv6 but not link-local, that a socket can bind), else loopback."""
     name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
     if name:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
-                                     struct.pack("256s", name[:15].encode()))
-                return socket.inet_ntoa(packed[20:24])
-            except OSError as e:
-                raise _C.InvalidArgument(
-                    "shm backend: GLOO_SOCKET_IFNAME names " + repr(name) + ", which has no "
-                    "IPv4 address here (" + str(e) + "); name this host's interface to the "
-                    "other hosts") from None
+        return _interface_address(name)
     try:
-        address = socket.gethostbyname(socket.gethostname())
-        with socket.socket() as s:
-            s.bind((address, 0))
-        return address
+        found = socket.getaddrinfo(socket.gethostname(), None, socket.AF_UNSPEC,
+                                   socket.SOCK_STREAM)
     except OSError:
-        return "127.0.0.1"
+        found = []
+    for family, kind, proto, _, where in found:
+        if family == socket.AF_INET6 and ipaddress.ip_address(where[0].split("%")[0]).is_link_local:
+            continue  # its scope would not travel with the address to the other leaders
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.bind((where[0], 0) + tuple(where[2:]))
+            return family, where[0]
+        except OSError:
+            continue
+    return socket.AF_INET, "127.0.0.1"
 
 
 class _FrameLink:
@@ -59,12 +85,13 @@ class _FrameLink:
         self.names = leader_names  # "the leader of host h (global rank G)", for errors
         self.owed = 0  # frames of calls this leader left without reading the peers' frames
         self.peers = {}
-        server = socket.socket()
+        family, address = _address()
+        server = socket.socket(family)
         try:
-            server.bind((_address(), 0))
+            server.bind((address, 0))
             server.listen(n)
             server.settimeout(timeout)
-            host, port = server.getsockname()
+            host, port = server.getsockname()[:2]
             mine = torch.zeros(self.ADDRESS, dtype=torch.uint8)
             text = (host + " " + str(port)).encode()
             mine[:len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
