@@ -197,8 +197,16 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
 
 void record_job_abort(const Segment& seg, AbortReason reason) {
   SegmentHeader& h = seg.header();
-  h.abort_reason.store(static_cast<std::uint32_t>(reason), std::memory_order_relaxed);
-  record_job_failure(seg, -1, EndKind::None, 0);  // its release store publishes the reason
+  // The first reason stands, as the first failure does (a launcher's time limit on a job
+  // already aborted for a shared identity changes neither its words nor the exception).
+  // record_job_failure's release operations below publish it to readers that acquire
+  // failed_rank or job_state. acq_rel / acquire: an abort that lost this race acquires the
+  // winner's reason here, so its own release below (it may set failed_rank first) publishes
+  // that reason too.
+  auto none = static_cast<std::uint32_t>(AbortReason::None);
+  h.abort_reason.compare_exchange_strong(none, static_cast<std::uint32_t>(reason),
+                                         std::memory_order_acq_rel, std::memory_order_acquire);
+  record_job_failure(seg, -1, EndKind::None, 0);
 }
 
 void wake_all(const Segment& seg) {

@@ -247,7 +247,7 @@ BOOST_AUTO_TEST_CASE(failure_records_keep_the_best_knowledge) {
 // two jobs started at once with one identity: the identity's holder aborted the job, raised
 // PeerFailure and exited; the other job's rank 1 saw it gone before it read the abort, and
 // every later reader was told "rank 0 is gone without finalizing".) A rank that failed before
-// the abort stays the cause.
+// the abort stays the cause, and so does the first of two aborts' reasons.
 BOOST_AUTO_TEST_CASE(an_abort_stays_the_cause_of_the_ends_after_it) {
   for (const auto reason : {segment::AbortReason::SharedIdentity, segment::AbortReason::Timeout}) {
     auto seg = segment::Segment::create_anonymous(2, 4096);
@@ -260,6 +260,11 @@ BOOST_AUTO_TEST_CASE(an_abort_stays_the_cause_of_the_ends_after_it) {
                             : "time limit") != std::string::npos, why);
     BOOST_TEST(why.find("peer failure") == std::string::npos, why);  // names no rank's end
   }
+  auto twice = segment::Segment::create_anonymous(2, 4096);  // the first reason stands
+  segment::record_job_abort(twice, segment::AbortReason::SharedIdentity);
+  segment::record_job_abort(twice, segment::AbortReason::Timeout);
+  BOOST_TEST(segment::describe_job_failure(twice).find("same identity") != std::string::npos,
+             segment::describe_job_failure(twice));
   auto seg = segment::Segment::create_anonymous(2, 4096);
   segment::record_rank_end(seg, 1, segment::EndKind::Signaled, 9);
   BOOST_TEST(segment::record_job_failure(seg, 1, segment::EndKind::Signaled, 9));

@@ -29,11 +29,13 @@ def _interface_address(name):
             return socket.AF_INET, socket.inet_ntoa(packed[20:24])
         except OSError as e:
             why = str(e)
+    unusable = 0x08 | 0x20 | 0x40  # IFA_F_DADFAILED, IFA_F_DEPRECATED, IFA_F_TENTATIVE
     try:
         with open("/proc/net/if_inet6") as f:
             for line in f:  # address, index, prefix length, scope, flags, interface
                 fields = line.split()
-                if len(fields) == 6 and fields[5] == name and fields[3] == "00":
+                if (len(fields) == 6 and fields[5] == name and fields[3] == "00"
+                        and not int(fields[4], 16) & unusable):
                     return socket.AF_INET6, socket.inet_ntop(socket.AF_INET6,
                                                              bytes.fromhex(fields[0]))
     except OSError:
@@ -49,7 +51,7 @@ def _address():
     interface GLOO_SOCKET_IFNAME names, else the first address of the host's name, IPv4 or
     IPv6 but not link-local, that a socket can bind), else loopback."""
     name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
-    if name:
+    if len(os.environ.get("GLOO_SOCKET_IFNAME", "")) > 1:  # as torch reads it
         return _interface_address(name)
     try:
         found = socket.getaddrinfo(socket.gethostname(), None, socket.AF_UNSPEC,

@@ -69,25 +69,45 @@ def forked_rank(rank, out_w, err_w, pipes):
 
 
 def reap_forked(children):
-    """The parent's part: reads every child's output until it closes (killing them all at the
-    deadline), reaps them; returns their results in rank order."""
+    """The parent's part: reads every child's output until it closes and reaps the children;
+    at the deadline it kills those still running (only their texts say so), and it waits at
+    most 10 s past it (a grandchild may hold an output open). Returns their results in rank
+    order (rc None for a rank it could not reap)."""
     sel = selectors.DefaultSelector()
     texts = {}
     for rank, pid, out_r, err_r in children:
         for fd in (out_r, err_r):
             texts[fd] = bytearray()
             sel.register(fd, selectors.EVENT_READ)
-    killed = False
-    while sel.get_map():
+    status = {}  # pid -> wait status, once reaped
+    killed = set()
+
+    def reap(block):
+        for _, pid, _, _ in children:
+            if pid not in status:
+                done, st = os.waitpid(pid, 0 if block else os.WNOHANG)
+                if done:
+                    status[pid] = st
+
+    def kill_the_rest():
+        reap(False)
+        for _, pid, _, _ in children:
+            if pid not in status and pid not in killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+
+    while sel.get_map() or len(status) < len(children):
         left = deadline - time.monotonic()
-        if left <= 0 and not killed:
-            for _, pid, _, _ in children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            killed = True
-        for key, _ in sel.select(timeout=max(0.1, left) if not killed else 1.0):
+        if left <= 0:
+            kill_the_rest()
+            if left < -10:  # a grandchild holds an output open, or an end never comes
+                break
+        if not sel.get_map():  # every output closed: wait for the ends
+            reap(False)
+            if len(status) < len(children):
+                time.sleep(0.05)
+            continue
+        for key, _ in sel.select(timeout=max(0.05, min(left, 1.0))):
             chunk = os.read(key.fd, 65536)
             if chunk:
                 texts[key.fd] += chunk
@@ -96,11 +116,11 @@ def reap_forked(children):
                 os.close(key.fd)
     results = []
     for rank, pid, out_r, err_r in children:
-        _, status = os.waitpid(pid, 0)
         err = texts[err_r].decode(errors="replace")
-        if killed:
+        if pid in killed:
             err += "\n[host_launch: killed at its timeout of %s s]" % timeout
-        results.append({"rank": int(rank), "rc": os.waitstatus_to_exitcode(status),
+        rc = os.waitstatus_to_exitcode(status[pid]) if pid in status else None
+        results.append({"rank": int(rank), "rc": rc,
                         "out": texts[out_r].decode(errors="replace"), "err": err})
     return results
 
