@@ -152,7 +152,7 @@ bool record_job_failure(const Segment& seg, int rank, EndKind kind, int code) {
     // when a peer sees that end first. (A rank that saw the holder of a shared identity vanish
     // after it had aborted the job used to name that rank, "gone without finalizing".)
     // Release: describe_job_failure's acquire load of failed_rank that reads kAbortedFirst
-    // also sees abort_reason, stored (relaxed) before this call by record_job_abort.
+    // also sees abort_reason, which record_job_abort set (or acquired) before this call.
     int expected = -1;
     first = h.failed_rank.compare_exchange_strong(expected, kAbortedFirst,
                                                   std::memory_order_acq_rel);

@@ -50,16 +50,17 @@ def _address():
     """(family, address) this leader listens on: the one gloo's default device takes (the
     interface GLOO_SOCKET_IFNAME names, else the first address of the host's name, IPv4 or
     IPv6 but not link-local, that a socket can bind), else loopback."""
-    name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
-    if len(os.environ.get("GLOO_SOCKET_IFNAME", "")) > 1:  # as torch reads it
-        return _interface_address(name)
+    names = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    if len(names) > 1:  # as torch reads it; the first interface named
+        return _interface_address(names.split(",")[0])
     try:
         found = socket.getaddrinfo(socket.gethostname(), None, socket.AF_UNSPEC,
                                    socket.SOCK_STREAM)
     except OSError:
         found = []
     for family, kind, proto, _, where in found:
-        if family == socket.AF_INET6 and ipaddress.ip_address(where[0].split("%")[0]).is_link_local:
+        ip = ipaddress.ip_address(where[0].split("%")[0])
+        if ip.version == 6 and ip.is_link_local:
             continue  # its scope would not travel with the address to the other leaders
         try:
             with socket.socket(family, kind, proto) as s:
