@@ -15,6 +15,7 @@
 #include "base/cpus.hpp"
 #include "coll/lane_plans.hpp"
 #include "coll/reduce.hpp"
+#include "coll/streaming_reduce.hpp"
 #include "engine/engine.hpp"
 
 namespace shmdist::coll {
@@ -312,11 +313,22 @@ void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, Re
     recv(a, b.members()[mates[q]], view_of(stage, q * m, m));
   }
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
-  a.after = [=] {
-    std::vector<const std::byte*> inputs(static_cast<std::size_t>(k));
-    for (int q = 0; q < k; ++q) inputs[q] = q == p ? bytes_of(mine) : bytes_of(stage) + q * m * es;
-    reduce_in_order(inside, dtype, inputs, bytes_of(mine), static_cast<std::size_t>(m), n);
-  };
+  if (k == 2) {
+    // One mate: its slice is reduced into `mine` as it streams out of the ring (its order,
+    // mate first or not, is its place), so the slice is read once where it lies instead of
+    // copied into the stage and read again. With more mates the group-rank order needs them
+    // all at hand, so they wait in the stage.
+    const int q = 1 - p;
+    a.transfers.back().consumer = std::make_shared<StreamingReduce>(
+        tensor, bytes_of(mine), static_cast<std::size_t>(m), dtype, inside, n, q < p);
+  } else {
+    a.after = [=] {
+      std::vector<const std::byte*> inputs(static_cast<std::size_t>(k));
+      for (int q = 0; q < k; ++q)
+        inputs[q] = q == p ? bytes_of(mine) : bytes_of(stage) + q * m * es;
+      reduce_in_order(inside, dtype, inputs, bytes_of(mine), static_cast<std::size_t>(m), n);
+    };
+  }
   Step& across = sch.add_step();
   for (int h = 0; h < hosts; ++h) {
     if (h == split.mine) continue;

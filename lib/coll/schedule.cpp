@@ -371,7 +371,8 @@ void Schedule::start_step() {
       ops_.push_back(engine_.isend(t.view, t.peer, key));
       op_peers_.push_back(-1);
     } else {
-      ops_.push_back(engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr));
+      ops_.push_back(
+          engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr, t.consumer));
       op_peers_.push_back(t.peer);
     }
   }

@@ -102,6 +102,9 @@ struct Transfer {
   // A receive of any size (the host tree's messages, whose length depends on the sender's
   // call): the message's bytes land here once the step has completed; `view` is unused.
   Tensor* landing = nullptr;
+  // A receive whose bytes go to this as they arrive (a StreamingReduce); `view` is then only
+  // where a transport may land them first.
+  std::shared_ptr<transport::ByteConsumer> consumer = nullptr;
 };
 
 struct Step {

@@ -300,11 +300,13 @@ std::shared_ptr<Operation> Engine::isend(const Tensor& tensor, int dst, const Ma
 }
 
 std::shared_ptr<Operation> Engine::irecv(const Tensor& tensor, int src, const MatchKey& key,
-                                         const std::vector<int>& candidates, bool any_size) {
+                                         const std::vector<int>& candidates, bool any_size,
+                                         std::shared_ptr<transport::ByteConsumer> consumer) {
   auto op = std::allocate_shared<Operation>(PooledAllocator<Operation>{});
   op->kind = Operation::Kind::Recv;
   op->peer = src;
   op->any_size = any_size;
+  op->consumer = std::move(consumer);
   if (src < 0) op->candidates = intern_candidates(candidates);
   op->key = key;
   op->set_view(tensor);

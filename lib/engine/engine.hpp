@@ -77,8 +77,11 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
 
   std::shared_ptr<Operation> isend(const Tensor& tensor, int dst, const MatchKey& key);
   // `any_size`: take a byte message of whatever size; the operation's `keep` holds it once done.
+  // `consumer`: takes the bytes as they arrive (Operation::consumer); `tensor` is where a
+  // transport may land them first.
   std::shared_ptr<Operation> irecv(const Tensor& tensor, int src, const MatchKey& key,
-                                   const std::vector<int>& candidates, bool any_size = false);
+                                   const std::vector<int>& candidates, bool any_size = false,
+                                   std::shared_ptr<transport::ByteConsumer> consumer = nullptr);
 
   // Waits for `op`; throws what it failed with. With a timeout, returns false if it is still
   // pending then; without one, throws Timeout after the process group's timeout.

@@ -55,6 +55,12 @@ std::unique_ptr<std::byte[]> allocate(std::uint64_t n, const transport::Envelope
   return p;
 }
 
+// Hands `n` bytes of a message, from offset `at`, to the receive's consumer if it has one
+// (bytes the engine itself kept or converted).
+void consume(const Operation& op, const std::byte* bytes, std::uint64_t at, std::uint64_t n) {
+  if (op.consumer && n) op.consumer->consume(at, {bytes, static_cast<std::size_t>(n)});
+}
+
 // A receive of any size gets a byte tensor of the message's size.
 void size_for(Operation& op, std::uint64_t nbytes) {
   op.keep = empty({static_cast<std::int64_t>(nbytes)}, kUInt8);
@@ -67,8 +73,7 @@ transport::InboundSink* Engine::on_message_start(const transport::Envelope& env)
   if (env.key.group_id != 0) [[unlikely]]
     check_group(env);
   Inflight& f = inflight_[env.src];
-  f.sink.dest = nullptr;
-  f.sink.received = 0;
+  f.sink = {};
   f.env = env;
   f.receiver = nullptr;
   f.unexpected = nullptr;
@@ -118,6 +123,7 @@ void Engine::attach_receiver(Inflight& f, Operation& op) {
   if (op.any_size) size_for(op, f.env.nbytes);
   if (op.any_size || op.view.dtype == f.env.dtype) {
     f.sink.dest = op.view.data;
+    f.sink.consumer = op.consumer.get();
   } else {
     op.staging = allocate(f.env.nbytes, f.env);
     f.sink.dest = op.staging.get();
@@ -133,6 +139,7 @@ void Engine::to_unexpected(Inflight& f) {
   auto it = insert_unexpected(std::move(u));
   f.unexpected = &*it;
   f.sink.dest = it->buffer.get();
+  f.sink.consumer = nullptr;
 }
 
 std::list<Engine::Unexpected>::iterator Engine::insert_unexpected(Unexpected u) {
@@ -167,10 +174,12 @@ void Engine::post_receive(Operation& op) {
 void Engine::deliver(Operation& op, Unexpected& u) {
   if (op.any_size) size_for(op, u.env.nbytes);
   if (op.any_size || op.view.dtype == u.env.dtype) {
-    if (u.env.nbytes) std::memcpy(op.view.data, u.buffer.get(), u.env.nbytes);
+    if (op.consumer) consume(op, u.buffer.get(), 0, u.env.nbytes);
+    else if (u.env.nbytes) std::memcpy(op.view.data, u.buffer.get(), u.env.nbytes);
   } else {
     convert_elements(u.env.nbytes ? u.buffer.get() : nullptr, u.env.dtype, op.view.data,
                      op.view.dtype, u.env.numel);
+    consume(op, op.view.data, 0, op.view.nbytes);
   }
   op.source = u.env.src;
   finish_operation(op);
@@ -182,8 +191,10 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
   Inflight& f = inflight_[u.env.src];
   if (op.any_size) size_for(op, u.env.nbytes);
   if (op.any_size || op.view.dtype == u.env.dtype) {
-    if (f.sink.received) std::memcpy(op.view.data, u.buffer.get(), f.sink.received);
+    if (op.consumer) consume(op, u.buffer.get(), 0, f.sink.received);
+    else if (f.sink.received) std::memcpy(op.view.data, u.buffer.get(), f.sink.received);
     f.sink.dest = op.view.data;
+    f.sink.consumer = op.consumer.get();
   } else {
     op.staging = std::move(u.buffer);  // keeps receiving there; converted at completion
   }
@@ -193,7 +204,8 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
 
 // A receive gives up (its blocking call timed out or failed). If a message was already
 // streaming into it, the message goes back to being unexpected (or to the next posted
-// receive that matches), so that no byte and no ordering is lost.
+// receive that matches), so that no byte and no ordering is lost. (Never a receive with a
+// consumer: the bytes it consumed are gone.)
 void Engine::withdraw_receive(Operation& op) {
   if (op.posted_hook.is_linked()) {
     posted_.erase(posted_.iterator_to(op));
@@ -226,6 +238,7 @@ void Engine::finish_receive(Operation& op, const transport::Envelope& env) {
   if (op.staging) {
     convert_elements(op.staging.get(), env.dtype, op.view.data, op.view.dtype, env.numel);
     op.staging.reset();
+    consume(op, op.view.data, 0, op.view.nbytes);
   }
   op.source = env.src;
   finish_operation(op);

@@ -221,6 +221,18 @@ class RingConsumer {
   void copy_payload(std::uint64_t offset, std::byte* dst, std::size_t n) const {
     copy_from_ring(data_, mask_, tail_ + sizeof(RecordHeader) + offset, dst, n);
   }
+  // Calls visit(span) for the `n` payload bytes from payload offset `offset` of the record at
+  // the tail, where they lie in the ring: one span, or two where the record wraps around.
+  // As for copy_payload: peek()'s acquire made the bytes visible, and the producer writes
+  // them again only after publish()'s release store of a tail past them (its acquire in
+  // writable()), so visit must be done with them before release() and publish().
+  template <class Visit>
+  void visit_payload(std::uint64_t offset, std::size_t n, Visit&& visit) const {
+    const std::uint64_t off = (tail_ + sizeof(RecordHeader) + offset) & mask_;
+    const std::size_t first = std::min<std::uint64_t>(n, mask_ + 1 - off);
+    visit(std::span<const std::byte>(data_ + off, first));
+    if (first < n) visit(std::span<const std::byte>(data_, n - first));
+  }
   // Pointer to a payload prefix that lies within the record's first 64 bytes (never wraps).
   const std::byte* payload_prefix() const {
     return data_ + ((tail_ + sizeof(RecordHeader)) & mask_);

@@ -430,7 +430,7 @@ class MpiTransport final : public RemoteTransport {
     const Envelope env = decode_header(peers_[src].header, sizeof(MessageHeader), src);
     InboundSink* sink = handler.on_message_start(env);  // may throw: the message stays stashed
     receive_payload(src, sink->dest + sink->received, sink->received);
-    sink->received = env.nbytes;
+    sink->landed(env.nbytes - sink->received);
     handler.on_message_complete(sink, env);
   }
 

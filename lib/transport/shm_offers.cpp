@@ -99,7 +99,7 @@ void ShmTransport::take_offer(int src, const ring::RecordHeader& rec, const Enve
   // acknowledgement): the notifier half of the doorbell protocol after our release store.
   wake_if_sleeping(src);
   if (claim == SingleCopy::Claim::Stream) return;  // Continuations bring the bytes
-  sink->received += env.nbytes;
+  sink->landed(env.nbytes);
   in.remaining = 0;
   in.in_message = false;
   handler.on_message_complete(std::exchange(in.sink, nullptr), in.env);

@@ -276,8 +276,16 @@ void ShmTransport::consume_record(int src, const ring::RecordHeader& rec_in_ring
   }
   const std::uint64_t n = rec.length - offset;
   if (n > 0) {
-    consumer.copy_payload(offset, in.sink->dest + in.sink->received, n);
-    in.sink->received += n;
+    InboundSink& sink = *in.sink;
+    if (sink.consumer) {
+      consumer.visit_payload(offset, n, [&](std::span<const std::byte> bytes) {
+        sink.consumer->consume(sink.received, bytes);
+        sink.received += bytes.size();
+      });
+    } else {
+      consumer.copy_payload(offset, sink.dest + sink.received, n);
+      sink.received += n;
+    }
     in.remaining -= n;
   }
   consumer.release(rec.length);

@@ -11,18 +11,40 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "transport/envelope.hpp"
 
 namespace shmdist::transport {
 
+// Takes a message's bytes as they arrive instead of having them kept (a receive that reduces
+// them into memory of its own, lib/coll/): consume() gets every byte of the message once, in
+// order, `at` being the offset of `bytes` in the message. The bytes are valid only during the
+// call; they may be a peer's shared memory, so a consumer reads each byte once and trusts
+// nothing in them but their count.
+class ByteConsumer {
+ public:
+  virtual ~ByteConsumer() = default;
+  virtual void consume(std::uint64_t at, std::span<const std::byte> bytes) = 0;
+};
+
 // Where an incoming message's bytes go. Owned by the engine; the transport writes
 // bytes at dest + received and advances `received`. The engine may repoint `dest`
 // (copying what arrived so far) while a message streams in.
+// With a `consumer`, the bytes go to it instead: a transport that holds them in memory of its
+// own (the shared-memory rings) hands them over from there, and one that receives into memory
+// (MPI, a single-copy read) writes them at dest + received first and hands over those
+// (landed()); `dest` stays valid for that.
 struct InboundSink {
   std::byte* dest = nullptr;
   std::uint64_t received = 0;
+  ByteConsumer* consumer = nullptr;
+  // `n` bytes were written at dest + received: counts them and hands them to the consumer.
+  void landed(std::uint64_t n) {
+    if (consumer && n) consumer->consume(received, {dest + received, static_cast<std::size_t>(n)});
+    received += n;
+  }
 };
 
 class InboundHandler {

@@ -3,7 +3,8 @@
 // fallback at least), every dtype and op where the op is defined, 1 to 5 inputs, lengths around every
 // vector width, unaligned starts, `out` apart from or equal to an input, and data full of
 // NaNs (both signs, quiet and signalling, assorted payloads), infinities, subnormals, -0.0,
-// values at rounding ties and random bit patterns.
+// values at rounding ties and random bit patterns. And a reduction fed piece by piece as a
+// message streams in, against the whole one.
 #define BOOST_TEST_MODULE shmdist reduction kernels
 #include <boost/test/unit_test.hpp>
 
@@ -19,6 +20,7 @@
 
 #include "coll/reduce.hpp"
 #include "coll/reduce_simd.hpp"
+#include "coll/streaming_reduce.hpp"
 
 namespace {
 
@@ -208,4 +210,41 @@ BOOST_AUTO_TEST_CASE(with_denormals_flushed_too) {
 #else
   BOOST_TEST_MESSAGE("flush-to-zero is only exercised on x86 here");
 #endif
+}
+
+// A reduction fed as a message streams in (coll/streaming_reduce.hpp) gives reduce_in_order's
+// bits for the whole inputs, in either order: every dtype and op, the message handed over in
+// random pieces of 1 to 37 bytes (so elements split between pieces), and bytes past the
+// message's elements ignored rather than written out of bounds (ASan's build checks that).
+BOOST_AUTO_TEST_CASE(a_streamed_reduction_gives_the_whole_reductions_bits) {
+  std::mt19937_64 rng(20261206);
+  for (const DType d : kAllDTypes) {
+    for (const ReduceOp op : kAllOps) {
+      if (shmdist::coll::unsupported(op, d)) continue;
+      for (const bool theirs_first : {true, false}) {
+        BOOST_TEST_CONTEXT(shmdist::dtype_name(d) << ' ' << shmdist::coll::reduce_op_name(op)
+                                                 << (theirs_first ? " theirs first" : " mine first")) {
+          const std::size_t count = 1 + rng() % 300, es = element_size(d);
+          std::vector<std::byte> theirs((count + 2) * es), mine(count * es);
+          for (std::size_t i = 0; i < count + 2; ++i) random_element(rng, d, theirs.data() + i * es);
+          for (std::size_t i = 0; i < count; ++i) random_element(rng, d, mine.data() + i * es);
+          std::vector<std::byte> expected(count * es);
+          const std::byte* inputs[2] = {theirs.data(), mine.data()};
+          if (!theirs_first) std::swap(inputs[0], inputs[1]);
+          shmdist::coll::reduce_in_order(op, d, inputs, expected.data(), count, 3);
+
+          shmdist::Tensor out = shmdist::empty({static_cast<std::int64_t>(count)}, d);
+          auto* out_bytes = static_cast<std::byte*>(out.data_ptr());
+          std::memcpy(out_bytes, mine.data(), mine.size());
+          shmdist::coll::StreamingReduce stream(out, out_bytes, count, d, op, 3, theirs_first);
+          for (std::size_t at = 0; at < theirs.size();) {
+            const std::size_t piece = std::min<std::size_t>(1 + rng() % 37, theirs.size() - at);
+            stream.consume(at, {theirs.data() + at, piece});
+            at += piece;
+          }
+          BOOST_TEST(std::memcmp(out_bytes, expected.data(), expected.size()) == 0);
+        }
+      }
+    }
+  }
 }

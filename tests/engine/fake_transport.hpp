@@ -89,6 +89,9 @@ struct FakeWire {
   // (as the shared-memory transport does); otherwise it declines every time.
   bool direct = false;
   int direct_receives = 0;  // messages taken by receive_direct
+  // A receive with a consumer gets its bytes landed in its tensor first (as MPI does), not
+  // handed over from the wire's own memory (as the rings do).
+  bool land_first = false;
 };
 
 class FakeTransport final : public transport::Transport {
@@ -169,8 +172,20 @@ class FakeTransport final : public transport::Transport {
       }
       const std::uint64_t n = std::min(available, m.bytes.size() - m.delivered);
       if (n) {
-        std::memcpy(m.sink->dest + m.sink->received, m.bytes.data() + m.delivered, n);
-        m.sink->received += n;
+        transport::InboundSink& sink = *m.sink;
+        if (sink.consumer && !w_->land_first) {
+          // As the rings do: straight from the transport's own memory, here in pieces of
+          // at most 5 bytes (so that elements split between calls).
+          for (std::uint64_t done = 0; done < n;) {
+            const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(5, n - done));
+            sink.consumer->consume(sink.received, {m.bytes.data() + m.delivered + done, piece});
+            sink.received += piece;
+            done += piece;
+          }
+        } else {  // as MPI does: into dest, then to the consumer if there is one
+          std::memcpy(sink.dest + sink.received, m.bytes.data() + m.delivered, n);
+          sink.landed(n);
+        }
         m.delivered += n;
         moved = true;
       }

@@ -1,6 +1,6 @@
 // Matching through a fake transport: posted receives in posting order, unexpected messages in
 // arrival order, a receive withdrawn (before and during a stream), an unexpected message
-// claimed while it still streams in.
+// claimed while it still streams in, a receive whose bytes go to a consumer.
 #include <boost/test/unit_test.hpp>
 
 #include "engine_rig.hpp"
@@ -223,6 +223,54 @@ BOOST_AUTO_TEST_CASE(the_direct_path_ignores_other_sources_unexpected_messages) 
   BOOST_TEST(rig.wire->direct_receives == 3);
   BOOST_TEST(rig.engine->recv(g, 1, user_key(9), rig.all) == 1);
   BOOST_TEST(g.data<std::int64_t>()[0] == 19);
+}
+
+// Records what a receive's consumer is handed: every byte once, in order, or in_order is
+// false.
+struct Recorder final : transport::ByteConsumer {
+  std::vector<std::byte> bytes;
+  bool in_order = true;
+  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
+    in_order = in_order && at == bytes.size();
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  }
+};
+
+// A receive with a consumer hands it every byte of its message once, in order, on every way
+// a message reaches a receive: posted before it arrives, waiting whole as unexpected, claimed
+// while it still streams in (808 bytes: not a whole element), and converted from another
+// dtype; with the bytes handed over from the transport's memory (the rings: the receive's
+// tensor is never written) or landed in the tensor first (MPI).
+BOOST_AUTO_TEST_CASE(a_consumer_gets_every_byte_once_in_order) {
+  const Tensor sent = arange(1000);
+  for (const bool land_first : {false, true}) {
+    for (const std::string way : {"posted", "unexpected", "claimed", "converted"}) {
+      BOOST_TEST_CONTEXT((land_first ? "landed first, " : "from the wire, ") << way) {
+        Rig rig;
+        rig.wire->land_first = land_first;
+        const DType dtype = way == "converted" ? kFloat64 : kLong;
+        Tensor landing = zeros(1000, dtype);
+        auto recorder = std::make_shared<Recorder>();
+        Op op;
+        auto post = [&] { op = rig.engine->irecv(landing, 1, user_key(4), rig.all, false, recorder); };
+        if (way == "posted" || way == "converted") {
+          post();
+          rig.arrive(1, sent, user_key(4), 808);
+          BOOST_TEST(!rig.engine->test(*op));
+        } else {
+          rig.arrive(1, sent, user_key(4), way == "claimed" ? 808 : ~std::uint64_t{0});
+          rig.progress();
+          post();
+        }
+        rig.wire->allow_all(1);
+        BOOST_TEST(rig.engine->test(*op));
+        BOOST_TEST(op->source == 1);
+        BOOST_TEST(recorder->in_order);
+        BOOST_TEST((recorder->bytes == bytes_of(sent.to(dtype))));
+        if (!land_first && way == "posted") BOOST_TEST(landing.equal(zeros(1000, kLong)));
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,6 +53,16 @@ struct Got {
   std::vector<std::byte> bytes;
 };
 
+// What a sink's consumer is handed: every byte once, in order, or in_order is false.
+struct Recorder final : ByteConsumer {
+  std::vector<std::byte> bytes;
+  bool in_order = true;
+  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
+    in_order = in_order && at == bytes.size();
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  }
+};
+
 class Collector final : public InboundHandler {
  public:
   InboundSink* on_message_start(const Envelope& env) override {
@@ -60,21 +71,28 @@ class Collector final : public InboundHandler {
     slot = std::make_unique<Open>();
     slot->bytes.resize(env.nbytes);
     slot->sink.dest = slot->bytes.data();
+    if (consume) slot->sink.consumer = &slot->recorder;
     return &slot->sink;
   }
   void on_message_complete(InboundSink* sink, const Envelope& env) override {
     auto& slot = open_[env.src];
     check(slot && sink == &slot->sink && sink->received == env.nbytes,
           "a message completed that was not started, or short");
+    if (consume) {
+      check(slot->recorder.in_order, "a consumer was handed bytes out of order");
+      slot->bytes = std::move(slot->recorder.bytes);
+    }
     got.push_back({env, std::move(slot->bytes)});
     slot.reset();
   }
   std::vector<Got> got;
+  bool consume = false;  // hand the bytes to a consumer (InboundSink::consumer), not dest
 
  private:
   struct Open {
     InboundSink sink;
     std::vector<std::byte> bytes;
+    Recorder recorder;
   };
   std::map<int, std::unique_ptr<Open>> open_;
 };
@@ -136,6 +154,21 @@ void run(RemoteTransport& t, MpiSession& session) {
                 c.got[i].bytes == payloads[i],
             "message " + std::to_string(i) + " from rank 1 arrived out of order or changed");
     c.got.clear();
+  }
+  barrier();
+
+  // A sink with a consumer is handed every byte once, in order: packed messages, one past the
+  // packed limit, zero bytes.
+  if (me == 1) send_all(t, 0, payloads, 100);
+  if (me == 0) {
+    c.consume = true;
+    until(t, [&] { return (t.poll(c, -1, false), c.got.size() == payloads.size()); },
+          "40 messages from rank 1 to a consumer");
+    for (std::size_t i = 0; i < payloads.size(); ++i)
+      check(c.got[i].env.key.tag == 100 + static_cast<int>(i) && c.got[i].bytes == payloads[i],
+            "message " + std::to_string(i) + " from rank 1 reached the consumer changed");
+    c.got.clear();
+    c.consume = false;
   }
   barrier();
 

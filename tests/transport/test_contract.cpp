@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,16 @@ struct Got {
   std::vector<std::byte> bytes;
 };
 
+// What a sink's consumer is handed: every byte once, in order, or in_order is false.
+struct Recorder final : ByteConsumer {
+  std::vector<std::byte> bytes;
+  bool in_order = true;
+  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
+    in_order = in_order && at == bytes.size();
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  }
+};
+
 // Collects whole messages, checking the handler protocol: one start, bytes, one complete.
 class Collector final : public InboundHandler {
  public:
@@ -209,6 +220,7 @@ class Collector final : public InboundHandler {
     slot = std::make_unique<Open>();
     slot->bytes.resize(env.nbytes);
     slot->sink.dest = slot->bytes.data();
+    if (consume) slot->sink.consumer = &slot->recorder;
     ++starts;
     return &slot->sink;
   }
@@ -217,16 +229,22 @@ class Collector final : public InboundHandler {
     BOOST_TEST_REQUIRE((slot != nullptr));
     BOOST_TEST(sink == &slot->sink);
     BOOST_TEST(sink->received == env.nbytes);
+    if (consume) {
+      BOOST_TEST(slot->recorder.in_order, "a consumer was handed bytes out of order");
+      slot->bytes = std::move(slot->recorder.bytes);
+    }
     got.push_back({env, std::move(slot->bytes)});
     slot.reset();
   }
   std::vector<Got> got;
   int starts = 0;
+  bool consume = false;  // hand the bytes to a consumer (InboundSink::consumer), not dest
 
  private:
   struct Open {
     InboundSink sink;
     std::vector<std::byte> bytes;
+    Recorder recorder;
   };
   std::map<int, std::unique_ptr<Open>> open_;
 };
@@ -451,6 +469,26 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(release_outbound_lets_the_sender_free_its_memory, 
   msgs[0].next = rest.data();
   run(w, w.tx1, msgs, c, 1);
   BOOST_TEST((c.got[0].bytes == payload));
+}
+
+// A sink with a consumer gets every byte of each message once, in order (streamed, split
+// where the ring wraps, or landed first), and nothing is lost between messages.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_consumer_gets_every_byte_once_in_order, W, Worlds) {
+  W w;
+  Collector c;
+  c.consume = true;
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < 12; ++i)
+    payloads.push_back(pattern(i % 4 == 0 ? 0 : i % 4 == 1 ? 5 * kRing + 123 : (i * 389) % 3000, i));
+  std::vector<OutboundMessage> msgs;
+  for (int i = 0; i < 12; ++i) msgs.push_back(outbound(w.tx1, i, payloads[i]));
+  run(w, w.tx1, msgs, c, msgs.size());
+  for (int i = 0; i < 12; ++i) {
+    BOOST_TEST_CONTEXT(W::kName << " message " << i) {
+      BOOST_TEST(c.got[i].env.key.tag == i);
+      BOOST_TEST((c.got[i].bytes == payloads[i]));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(zero_byte_messages_are_messages, W, Worlds) {
