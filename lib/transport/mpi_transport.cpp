@@ -96,6 +96,8 @@ namespace {
 constexpr int kHeaderTag = 1;
 constexpr int kPayloadTag = 2;
 constexpr std::uint64_t kChunk = std::uint64_t{1} << 30;  // MPI counts are ints
+// The pieces a payload of `n` bytes crosses in, sender and receiver alike (kMpiPiecedMax).
+std::uint64_t piece_of(std::uint64_t n) { return n <= kMpiPiecedMax ? kMpiPackedMax : kChunk; }
 constexpr int kMessagesPerPoll = 32;
 constexpr int kHeaderBytes = static_cast<int>(sizeof(MessageHeader));
 // What one posted receive on the header tag takes: a header, or a packed message.
@@ -323,8 +325,9 @@ class MpiTransport final : public RemoteTransport {
     } else {
       f.reqs.emplace_back();
       MPI_Isend(&f.header, sizeof f.header, MPI_BYTE, dst, kHeaderTag, comm_, &f.reqs.back());
-      for (std::uint64_t off = 0; off < n; off += kChunk) {
-        const auto len = static_cast<int>(std::min(kChunk, n - off));
+      const std::uint64_t piece = piece_of(n);
+      for (std::uint64_t off = 0; off < n; off += piece) {
+        const auto len = static_cast<int>(std::min(piece, n - off));
         f.reqs.emplace_back();
         MPI_Isend(msg.next + off, len, MPI_BYTE, dst, kPayloadTag, comm_, &f.reqs.back());
       }
@@ -449,8 +452,9 @@ class MpiTransport final : public RemoteTransport {
       return;
     }
     post(p);  // the header was copied out of `staged`; the payload comes on another tag
-    for (std::uint64_t off = 0; off < nbytes; off += kChunk) {
-      const auto n = static_cast<int>(std::min(kChunk, nbytes - off));
+    const std::uint64_t piece = piece_of(p.header.nbytes);  // as its sender cut it
+    for (std::uint64_t off = 0; off < nbytes; off += piece) {
+      const auto n = static_cast<int>(std::min(piece, nbytes - off));
       MPI_Status st;
       // MPI_Recv, with the CPU given away between looks (Open MPI does not: MpiSession::
       // start): the sender's progress may need this CPU, and with nobody else to run

@@ -3,9 +3,9 @@
 // MPI_COMM_WORLD, so the program's own MPI traffic never matches ours. Ranks are global
 // (MPI_COMM_WORLD ranks). A message of at most kMpiPackedMax payload bytes is one MPI
 // message on the header tag: its 32-byte MessageHeader and the payload, packed (copied) into
-// one buffer. A larger one is two MPI messages: the header alone on the header tag, then the
-// payload on the payload tag (in chunks of at most 1 GiB, MPI counts being ints), sent
-// straight from the tensor with MPI_Isend. The receiver keeps one receive posted on the
+// one buffer. A larger one is the header alone on the header tag, then the payload on the
+// payload tag, sent straight from the tensor with MPI_Isend: in pieces of kMpiPackedMax up to
+// kMpiPiecedMax bytes, else in chunks of at most 1 GiB (MPI counts being ints). The receiver keeps one receive posted on the
 // header tag per remote peer (into a buffer of 32 bytes + kMpiPackedMax), so a message that
 // arrives lands there at once, as in a raw MPI_Recv loop (no probe, no unexpected-message
 // copy), and tells header from packed message by its length. MPI's non-overtaking rule per
@@ -32,6 +32,15 @@ namespace shmdist::transport {
 // (64 KiB with its own headers), so it never needs a rendezvous. Larger ones go straight from
 // the tensor, unpacked (no copy on either side; the payload's rendezvous overlaps the header).
 inline constexpr std::uint64_t kMpiPackedMax = std::uint64_t{32} << 10;
+
+// Payloads up to this many bytes cross in pieces of kMpiPackedMax, each within Open MPI's TCP
+// eager limit, instead of one message that needs a rendezvous (the receiver's acknowledgement,
+// then the sender's progress to push the rest: on 2 CPUs shared by 4 ranks, each a wait for a
+// rank to be scheduled). Measured on 2 emulated hosts over TCP loopback (docs/hosts.md):
+// all_reduce of 128 KiB (64 KiB crossing each way) 302-327 -> 218-243 us, of 256 KiB 384-400
+// -> 345-349; a 64 KiB send's bandwidth 1.5 -> 2.4 GB/s. Pieces of larger payloads gained
+// nothing at 256 KiB and lost 10-35% at 1-2 MiB (a copy out of Open MPI's buffers per piece).
+inline constexpr std::uint64_t kMpiPiecedMax = std::uint64_t{128} << 10;
 
 // MPI, initialised by shmdist (and finalized when the last user lets go) unless the program
 // initialised it itself (then shmdist neither initialises nor finalizes it).

@@ -440,8 +440,9 @@ int isends = 0;
 
 // Hosts a,a,b,b: the MPI messages (between hosts) of 10 all_reduce calls of 5 floats (the
 // leaders' schedule: one message between the two leaders each way, agreement included) and
-// of 10 of 20,001 floats (the flat schedule, 16 data messages between hosts and the
-// agreement's 2), summed over the ranks; rank 0 prints "ISENDS SMALL LARGE".
+// of 10 of 20,001 floats (by columns: each member's 40 KB host partial to its column peer, a
+// header and 2 pieces, and the agreement's 2), summed over the ranks; rank 0 prints
+// "ISENDS SMALL LARGE".
 void count_collectives() {
   check(world == 4, "count_collectives: needs 4 ranks");
   dist::Tensor small = dist::full({5}, 1, dist::kFloat32);
@@ -465,7 +466,8 @@ void count_collectives() {
 // counts the MPI messages each became; rank 1 checks every byte.
 void count_messages() {
   check(world == 2, "count: needs 2 ranks");
-  const std::int64_t sizes[] = {0, 1, 8, 4096, 1 << 15, (1 << 15) + 8, 1 << 20};
+  const std::int64_t sizes[] = {0, 1, 8, 4096, 1 << 15, (1 << 15) + 8, 1 << 17, (1 << 17) + 1,
+                                1 << 20};
   for (const std::int64_t n : sizes) {
     dist::Tensor t = dist::zeros(n, dist::kUInt8);
     dist::barrier();
