@@ -314,10 +314,13 @@ void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, Re
   }
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
   if (k == 2) {
-    // One mate: its slice is reduced into `mine` as it streams out of the ring (its order,
-    // mate first or not, is its place), so the slice is read once where it lies instead of
-    // copied into the stage and read again. With more mates the group-rank order needs them
-    // all at hand, so they wait in the stage.
+    // One mate: its slice is reduced into `mine` as it streams out of the ring, the mate's
+    // input first iff it precedes this member in group-rank order, so the slice is read once
+    // where it lies instead of copied into the stage and read again (a transport that lands
+    // bytes first, single copy or MPI, lands them in the stage, reduced from there). With more
+    // mates the group-rank order needs them all at hand, so they wait in the stage. Either
+    // way `mine` changes only within this call: if it fails, the tensor's contents are
+    // unspecified, as torch's are.
     const int q = 1 - p;
     a.transfers.back().consumer = std::make_shared<StreamingReduce>(
         tensor, bytes_of(mine), static_cast<std::size_t>(m), dtype, inside, n, q < p);

@@ -4,9 +4,11 @@
 // (step A of the columns' all_reduce, collectives.cpp).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 
 #include <shmdist/distributed.hpp>
@@ -37,7 +39,9 @@ class StreamingReduce final : public transport::ByteConsumer {
   int divisor_;
   bool theirs_first_;
   std::size_t element_;
-  std::array<std::byte, 8> carry_{};  // an element split between calls (at most float64)
+  static constexpr std::size_t kWidest =
+      *std::max_element(std::begin(detail::kDTypeSize), std::end(detail::kDTypeSize));
+  std::array<std::byte, kWidest> carry_{};  // an element split between calls
   std::size_t carried_ = 0;
 };
 

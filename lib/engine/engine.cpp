@@ -51,8 +51,10 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
     posted_.pop_front();
     fail_operation(op, error);
   }
-  for (Inflight& f : inflight_)
+  for (Inflight& f : inflight_) {
     if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, error);
+    f.sink.consumer = nullptr;  // its owner (a schedule) is abandoned below
+  }
   std::size_t sends = 0;
   for (auto& queue : send_queues_) {
     sends += queue.size();

@@ -204,8 +204,8 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
 
 // A receive gives up (its blocking call timed out or failed). If a message was already
 // streaming into it, the message goes back to being unexpected (or to the next posted
-// receive that matches), so that no byte and no ordering is lost. (Never a receive with a
-// consumer: the bytes it consumed are gone.)
+// receive that matches), so that no byte and no ordering is lost. Only Engine::recv
+// withdraws, and its receive has no consumer (a consumer's bytes could not be put back).
 void Engine::withdraw_receive(Operation& op) {
   if (op.posted_hook.is_linked()) {
     posted_.erase(posted_.iterator_to(op));

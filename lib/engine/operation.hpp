@@ -68,7 +68,8 @@ struct Operation {
   engine::PostedHook posted_hook;   // linked while posted and not yet routed
   std::unique_ptr<std::byte[]> staging;  // bytes of another dtype, converted at completion
   // Takes the message's bytes as they arrive (transport::ByteConsumer) instead of the tensor,
-  // which only serves a transport that must land them somewhere first. Only receives that are
+  // which then only holds bytes on their way to it: landed by a transport that must land them
+  // somewhere first, or converted from another dtype by the engine. Only receives that are
   // never withdrawn have one (a schedule's: the bytes consumed could not be put back).
   std::shared_ptr<transport::ByteConsumer> consumer;
 

@@ -214,8 +214,9 @@ BOOST_AUTO_TEST_CASE(with_denormals_flushed_too) {
 
 // A reduction fed as a message streams in (coll/streaming_reduce.hpp) gives reduce_in_order's
 // bits for the whole inputs, in either order: every dtype and op, the message handed over in
-// random pieces of 1 to 37 bytes (so elements split between pieces), and bytes past the
-// message's elements ignored rather than written out of bounds (ASan's build checks that).
+// random pieces, small (1 to 37 bytes, so elements split between pieces) or large (up to 8
+// KiB, the vector kernels' size), and bytes past the message's elements ignored rather than
+// written out of bounds (ASan's build checks that).
 BOOST_AUTO_TEST_CASE(a_streamed_reduction_gives_the_whole_reductions_bits) {
   std::mt19937_64 rng(20261206);
   for (const DType d : kAllDTypes) {
@@ -224,7 +225,7 @@ BOOST_AUTO_TEST_CASE(a_streamed_reduction_gives_the_whole_reductions_bits) {
       for (const bool theirs_first : {true, false}) {
         BOOST_TEST_CONTEXT(shmdist::dtype_name(d) << ' ' << shmdist::coll::reduce_op_name(op)
                                                  << (theirs_first ? " theirs first" : " mine first")) {
-          const std::size_t count = 1 + rng() % 300, es = element_size(d);
+          const std::size_t count = 1 + rng() % 6000, es = element_size(d);
           std::vector<std::byte> theirs((count + 2) * es), mine(count * es);
           for (std::size_t i = 0; i < count + 2; ++i) random_element(rng, d, theirs.data() + i * es);
           for (std::size_t i = 0; i < count; ++i) random_element(rng, d, mine.data() + i * es);
@@ -238,7 +239,8 @@ BOOST_AUTO_TEST_CASE(a_streamed_reduction_gives_the_whole_reductions_bits) {
           std::memcpy(out_bytes, mine.data(), mine.size());
           shmdist::coll::StreamingReduce stream(out, out_bytes, count, d, op, 3, theirs_first);
           for (std::size_t at = 0; at < theirs.size();) {
-            const std::size_t piece = std::min<std::size_t>(1 + rng() % 37, theirs.size() - at);
+            const std::size_t most = rng() % 2 ? 37 : 8192;
+            const std::size_t piece = std::min<std::size_t>(1 + rng() % most, theirs.size() - at);
             stream.consume(at, {theirs.data() + at, piece});
             at += piece;
           }

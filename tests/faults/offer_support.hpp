@@ -50,11 +50,12 @@ struct GuardedHandler : transport::InboundHandler {
   std::vector<std::unique_ptr<std::vector<std::byte>>> buffers;
   std::vector<transport::InboundSink> sinks;
   std::vector<Envelope> started, completed;
+  transport::ByteConsumer* consumer = nullptr;  // set on every sink, when set
   GuardedHandler() { sinks.reserve(64); }
   transport::InboundSink* on_message_start(const Envelope& env) override {
     buffers.push_back(
         std::make_unique<std::vector<std::byte>>(env.nbytes + kGuard, std::byte{0xA5}));
-    sinks.push_back({buffers.back()->data(), 0});
+    sinks.push_back({buffers.back()->data(), 0, consumer});
     started.push_back(env);
     return &sinks.back();
   }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -84,6 +85,46 @@ Tensor pattern_tensor(std::int64_t n) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(single_copy_outcomes)
+
+// What a sink's consumer is handed: every byte once, in order, or in_order is false.
+struct Recorder final : transport::ByteConsumer {
+  std::vector<std::byte> bytes;
+  bool in_order = true;
+  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
+    in_order = in_order && at == bytes.size();
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  }
+};
+
+// A sink with a consumer gets an offered message's bytes once, in order: copied (landed in
+// the sink's memory, then handed over), or, when the offer was revoked, from the records
+// streamed instead.
+BOOST_AUTO_TEST_CASE(a_consumer_gets_an_offers_bytes_once_copied_or_streamed) {
+  for (const bool revoked : {false, true}) {
+    BOOST_TEST_CONTEXT("revoked: " << revoked) {
+      Pair p;
+      Recorder recorder;
+      p.handler.consumer = &recorder;
+      const auto bytes = pattern(100000);
+      auto msg = message_of(bytes, 0);
+      p.sender.send_some(1, msg);
+      BOOST_REQUIRE(p.state().load() == offer_word(1, OfferState::Offered));
+      std::vector<std::byte> copy(bytes);  // what a revoked send streams from
+      if (revoked) {
+        p.state().store(offer_word(1, OfferState::Claimed));  // as if rank 1 were copying
+        p.sender.release_outbound(1, msg);  // returns at its deadline, having revoked
+        msg.next = copy.data();
+      }
+      for (int i = 0; i < 16 && p.handler.completed.empty(); ++i) {
+        if (!msg.done()) p.sender.send_some(1, msg);
+        p.drain();
+      }
+      BOOST_REQUIRE(p.handler.completed.size() == 1u);
+      BOOST_TEST(recorder.in_order);
+      BOOST_TEST((recorder.bytes == bytes));
+    }
+  }
+}
 
 // F1: a peer that wrote Claimed (a receiver stopped mid-copy, or a hostile one) and never
 // finishes: release_outbound returns by its deadline, having revoked the offer; the receiver,
