@@ -179,8 +179,12 @@ void recv(Step& step, int peer, Tensor view) {
 // for large ones every member moving its part at once wins (the leaders' schedule was 2-4x
 // slower than the flat one from 128 KiB up; folded into the agreement, still about 2x slower
 // from 64 KiB to 1 MiB, and the flat one about 1.2x slower at 32 KiB; the columns' read
-// 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs).
-constexpr std::uint64_t kLeadersBelow = 64 * 1024;
+// 1.2-2.4x slower than the leaders' at 8-32 KiB in two loaded runs). Since a payload of up
+// to 128 KiB crosses in eager pieces (transport/mpi_transport.hpp, kMpiPiecedMax), the
+// leaders' one crossing also wins at 64-80 KiB (64 KiB: 123-126 against the columns'
+// 143-146 us, 72 KiB 143-150 against 168-172, 3 interleaved rounds of 1000 calls), ties at
+// 88 KiB and loses from 96 KiB (189 against 191-210; 128 KiB 326-445 against 220-258).
+constexpr std::uint64_t kLeadersBelow = 96 * 1024;
 // The columns' serve every larger size when the hosts are no more than each host's members
 // (the stage then holds at most the tensor, and no member sends more between hosts than the
 // flat schedule): they once read slower than the flat one at 16 MiB (0.75-0.80x), but that

@@ -227,14 +227,15 @@ std::string bits_of(float v) {
 // all_reduce and reduce over `members` (this rank among them) give bitwise the documented
 // order's result for values whose order matters, for every op, at odd sizes, below and above
 // the one-MPI-message limit (32 KiB) and the size from which all_reduce across hosts works by
-// slices (64 KiB: 20001 floats; by columns where every host holds as many members, a,b,b,a
-// and a,a,b,b,c,c: 20001 and 70001 floats, odd, so the columns' slices differ by one, 70001
-// in slices larger than a packed MPI message); broadcast reaches every member from 3 roots.
+// slices (96 KiB: 20001 floats below it, 30001 above; by columns where every host holds as
+// many members, a,b,b,a and a,a,b,b,c,c: 30001 and 70001 floats, odd, so the columns'
+// slices differ by one, 70001 in slices larger than a packed MPI message); broadcast reaches
+// every member from 3 roots.
 void reduce_order_in(const std::vector<int>& members, const dist::Group& group,
                      const std::string& where) {
   const int n = static_cast<int>(members.size());
   const auto plus = [](float a, float b) { return a + b; };
-  for (const std::int64_t count : {1, 7, 1001, 12289, 20001, 70001}) {
+  for (const std::int64_t count : {1, 7, 1001, 12289, 20001, 30001, 70001}) {
     const std::string at = where + ", " + std::to_string(count) + " elements";
     const auto input = [&](int r) {
       dist::Tensor t = dist::empty({count}, dist::kFloat32);
@@ -338,7 +339,7 @@ void reduce_order() {
   if (hosts[rank] == hosts[0]) reduce_order_in(first_host, inside, "group inside rank 0's host");
   // Members that disagree (the last rank with one element more, or MAX instead of SUM) raise
   // on every member, on the leaders' schedule and the flat one, and the group goes on.
-  for (const std::int64_t count : {5, 20001}) {
+  for (const std::int64_t count : {5, 30001}) {
     for (const bool other_op : {false, true}) {
       const bool odd = rank == world - 1;
       dist::Tensor x = dist::full({odd && !other_op ? count + 1 : count}, 1, dist::kFloat32);
@@ -440,13 +441,13 @@ int isends = 0;
 
 // Hosts a,a,b,b: the MPI messages (between hosts) of 10 all_reduce calls of 5 floats (the
 // leaders' schedule: one message between the two leaders each way, agreement included) and
-// of 10 of 20,001 floats (by columns: each member's 40 KB host partial to its column peer, a
+// of 10 of 30,001 floats (by columns: each member's 60 KB host partial to its column peer, a
 // header and 2 pieces, and the agreement's 2), summed over the ranks; rank 0 prints
 // "ISENDS SMALL LARGE".
 void count_collectives() {
   check(world == 4, "count_collectives: needs 4 ranks");
   dist::Tensor small = dist::full({5}, 1, dist::kFloat32);
-  dist::Tensor large = dist::full({20001}, 1, dist::kFloat32);
+  dist::Tensor large = dist::full({30001}, 1, dist::kFloat32);
   dist::all_reduce(small);
   dist::all_reduce(large);
   dist::Tensor counts = dist::zeros(2, dist::kInt64);

@@ -105,8 +105,8 @@ BOOST_AUTO_TEST_CASE(a_message_up_to_32_kib_crosses_as_one_mpi_message) {
 // Issue 30: a small all_reduce on hosts a,a,b,b crosses between hosts once per call, the
 // agreement riding in the leaders' messages: 2 MPI messages a call (it was 10: every
 // member's fingerprint to both members of the other host, then the leaders' round). A large
-// one (80 KB) agrees along the host tree too (2 messages) and runs by columns: each member
-// swaps its host's partial of half the tensor with its column peer on the other host, 40 KB
+// one (120 KB) agrees along the host tree too (2 messages) and runs by columns: each member
+// swaps its host's partial of half the tensor with its column peer on the other host, 60 KB
 // each way, over 32 KiB so its header and 2 pieces: 14 a call (the flat schedule sent 16 data
 // messages between hosts, 18 a call in all, when a payload was one message).
 BOOST_AUTO_TEST_CASE(a_small_all_reduce_across_hosts_is_one_message_per_leader_pair) {
