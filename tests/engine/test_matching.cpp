@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "engine_rig.hpp"
+#include "support/recording_consumer.hpp"
 
 using namespace shmdist;
 using namespace shmdist::test;
@@ -225,17 +226,6 @@ BOOST_AUTO_TEST_CASE(the_direct_path_ignores_other_sources_unexpected_messages) 
   BOOST_TEST(g.data<std::int64_t>()[0] == 19);
 }
 
-// Records what a receive's consumer is handed: every byte once, in order, or in_order is
-// false.
-struct Recorder final : transport::ByteConsumer {
-  std::vector<std::byte> bytes;
-  bool in_order = true;
-  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
-    in_order = in_order && at == bytes.size();
-    bytes.insert(bytes.end(), piece.begin(), piece.end());
-  }
-};
-
 // A receive with a consumer hands it every byte of its message once, in order, on every way
 // a message reaches a receive: posted before it arrives, waiting whole as unexpected, claimed
 // while it still streams in (804 bytes: not a whole element), and converted from another
@@ -250,7 +240,7 @@ BOOST_AUTO_TEST_CASE(a_consumer_gets_every_byte_once_in_order) {
         rig.wire->land_first = land_first;
         const DType dtype = way == "converted" ? kFloat64 : kLong;
         Tensor landing = zeros(1000, dtype);
-        auto recorder = std::make_shared<Recorder>();
+        auto recorder = std::make_shared<RecordingConsumer>();
         Op op;
         auto post = [&] { op = rig.engine->irecv(landing, 1, user_key(4), rig.all, false, recorder); };
         if (way == "posted" || way == "converted") {

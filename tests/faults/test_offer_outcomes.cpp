@@ -16,7 +16,6 @@
 #include <cstring>
 #include <future>
 #include <memory>
-#include <span>
 #include <thread>
 #include <vector>
 
@@ -25,6 +24,7 @@
 
 #include "engine/engine.hpp"
 #include "offer_support.hpp"
+#include "support/recording_consumer.hpp"
 
 using namespace shmdist;
 using namespace shmdist::test::offers;
@@ -86,16 +86,6 @@ Tensor pattern_tensor(std::int64_t n) {
 
 BOOST_AUTO_TEST_SUITE(single_copy_outcomes)
 
-// What a sink's consumer is handed: every byte once, in order, or in_order is false.
-struct Recorder final : transport::ByteConsumer {
-  std::vector<std::byte> bytes;
-  bool in_order = true;
-  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
-    in_order = in_order && at == bytes.size();
-    bytes.insert(bytes.end(), piece.begin(), piece.end());
-  }
-};
-
 // A sink with a consumer gets an offered message's bytes once, in order: copied (landed in
 // the sink's memory, then handed over), or, when the offer was revoked, from the records
 // streamed instead.
@@ -103,7 +93,7 @@ BOOST_AUTO_TEST_CASE(a_consumer_gets_an_offers_bytes_once_copied_or_streamed) {
   for (const bool revoked : {false, true}) {
     BOOST_TEST_CONTEXT("revoked: " << revoked) {
       Pair p;
-      Recorder recorder;
+      test::RecordingConsumer recorder;
       p.handler.consumer = &recorder;
       const auto bytes = pattern(100000);
       auto msg = message_of(bytes, 0);

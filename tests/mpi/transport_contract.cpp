@@ -14,12 +14,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "transport/mpi_transport.hpp"
+#include "support/recording_consumer.hpp"
 
 using namespace shmdist;
 using namespace shmdist::transport;
@@ -53,16 +53,6 @@ struct Got {
   std::vector<std::byte> bytes;
 };
 
-// What a sink's consumer is handed: every byte once, in order, or in_order is false.
-struct Recorder final : ByteConsumer {
-  std::vector<std::byte> bytes;
-  bool in_order = true;
-  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
-    in_order = in_order && at == bytes.size();
-    bytes.insert(bytes.end(), piece.begin(), piece.end());
-  }
-};
-
 class Collector final : public InboundHandler {
  public:
   InboundSink* on_message_start(const Envelope& env) override {
@@ -92,7 +82,7 @@ class Collector final : public InboundHandler {
   struct Open {
     InboundSink sink;
     std::vector<std::byte> bytes;
-    Recorder recorder;
+    test::RecordingConsumer recorder;
   };
   std::map<int, std::unique_ptr<Open>> open_;
 };

@@ -16,11 +16,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/fake_transport.hpp"
+#include "support/recording_consumer.hpp"
 #include "segment/segment.hpp"
 #include "transport/routing_transport.hpp"
 #include "transport/shm_transport.hpp"
@@ -200,16 +200,6 @@ struct Got {
   std::vector<std::byte> bytes;
 };
 
-// What a sink's consumer is handed: every byte once, in order, or in_order is false.
-struct Recorder final : ByteConsumer {
-  std::vector<std::byte> bytes;
-  bool in_order = true;
-  void consume(std::uint64_t at, std::span<const std::byte> piece) override {
-    in_order = in_order && at == bytes.size();
-    bytes.insert(bytes.end(), piece.begin(), piece.end());
-  }
-};
-
 // Collects whole messages, checking the handler protocol: one start, bytes, one complete.
 class Collector final : public InboundHandler {
  public:
@@ -244,7 +234,7 @@ class Collector final : public InboundHandler {
   struct Open {
     InboundSink sink;
     std::vector<std::byte> bytes;
-    Recorder recorder;
+    test::RecordingConsumer recorder;
   };
   std::map<int, std::unique_ptr<Open>> open_;
 };
