@@ -80,20 +80,14 @@ inline void copy_bytes(std::byte* dst, const std::byte* src, std::size_t n) {
 #pragma GCC diagnostic pop
 #endif
 
-// Copies between linear memory and the ring's data area, splitting at the wrap point.
+// Copies linear memory into the ring's data area, splitting at the wrap point (the way back is
+// RingConsumer::visit_payload).
 inline void copy_into_ring(std::byte* data, std::uint64_t mask, std::uint64_t pos,
                            const std::byte* src, std::size_t n) {
   const std::uint64_t off = pos & mask;
   const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
   copy_bytes(data + off, src, first);
   if (first < n) std::memcpy(data, src + first, n - first);
-}
-inline void copy_from_ring(const std::byte* data, std::uint64_t mask, std::uint64_t pos,
-                           std::byte* dst, std::size_t n) {
-  const std::uint64_t off = pos & mask;
-  const std::size_t first = std::min<std::uint64_t>(n, mask + 1 - off);
-  copy_bytes(dst, data + off, first);
-  if (first < n) std::memcpy(dst + first, data, n - first);
 }
 
 // Throws PeerFailure naming the ring from `src` to `dst` (out of line, cold).
@@ -219,7 +213,10 @@ class RingConsumer {
 
   // Copies `n` payload bytes starting at payload offset `offset` of the record at the tail.
   void copy_payload(std::uint64_t offset, std::byte* dst, std::size_t n) const {
-    copy_from_ring(data_, mask_, tail_ + sizeof(RecordHeader) + offset, dst, n);
+    visit_payload(offset, n, [&](std::span<const std::byte> part) {
+      copy_bytes(dst, part.data(), part.size());
+      dst += part.size();
+    });
   }
   // Calls visit(span) for the `n` payload bytes from payload offset `offset` of the record at
   // the tail, where they lie in the ring: one span, or two where the record wraps around.
