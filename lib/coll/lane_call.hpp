@@ -3,7 +3,7 @@
 // member's fingerprint, so agreement costs no round of its own).
 //
 // A blocking call runs its LaneCall in the caller's frame (no allocation, no background
-// task): lib/coll/collectives.cpp waits with Engine::wait_until and advances it from there
+// task): lib/coll/on_lane.hpp waits with Engine::wait_until and advances it from there
 // (each advance() that moved is a Look::Moved for the engine's waiter).
 // An async call, a call whose data then goes point-to-point, or a blocking call that timed
 // out or saw a peer fail, runs it inside a Schedule (coll/schedule.hpp) that the engine's
@@ -56,7 +56,7 @@ class LaneCall {
 
   void queue() { ticket_ = lane_->take_ticket(); }  // in call order
   // Takes over a one-round call whose turn `ticket` the caller took and whose round 1 (this
-  // plan's fingerprint and write(1)) it published itself (collectives.cpp's small
+  // plan's fingerprint and write(1)) it published itself (on_lane.cpp's small
   // all_reduce, when its peers were not there at once or disagreed): from the wait on.
   void resume(std::uint64_t ticket) {
     ticket_ = ticket;

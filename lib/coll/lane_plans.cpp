@@ -9,16 +9,13 @@
 #include <cstring>
 
 #include "coll/reduce.hpp"
+#include "coll/tensor_views.hpp"
 #include "segment/layout.hpp"
 
 namespace shmdist::coll {
 namespace {
 
 using segment::align_up;
-
-std::byte* bytes_of(const Tensor& t) {
-  return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
-}
 
 void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
   if (n && to != from) std::memcpy(to, from, n);

@@ -3,6 +3,7 @@
 #include "coll/schedule.hpp"
 
 #include "coll/reduce.hpp"
+#include "coll/tensor_views.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -60,10 +61,6 @@ HostSplitPtr host_split(const GroupView& group, std::span<const int> host_of) {
 }
 
 namespace {
-
-std::byte* bytes_of(const Tensor& t) {
-  return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
-}
 
 // Bytes [0, n) of a byte tensor, sharing it.
 Tensor first_bytes(const Tensor& t, std::size_t n) {

@@ -46,17 +46,17 @@ struct CallSetup {
   // A job across hosts, a group spanning them: how its members sit on the hosts (host_split;
   // the caller computes it once per group and keeps it), or null (one host, or the flat
   // schedule serves). Such a group reduces and broadcasts inside each host first
-  // (collectives.cpp, HostSplit).
+  // (reduce_schedules.hpp, collectives.cpp; HostSplit).
   HostSplitPtr split;
 };
 
 // A group whose members sit on several hosts, some host holding two or more of them. Its
 // agreement travels the host tree (Schedule::agree_on_tree) and its reductions are evaluated
-// host by host (collectives.cpp, reduce_members), whichever schedule moves the data; a small
+// host by host (reduce_schedules.cpp, reduce_members), whichever schedule moves the data; a small
 // all_reduce and every broadcast go inside each host first (shared memory), then among one
 // leader per host (the only messages between hosts), then inside each host again; a large
 // all_reduce on hosts of equal size likewise, but among each column of the hosts' members
-// (collectives.cpp, reduce_by_columns) instead of the leaders alone. Hosts are
+// (reduce_schedules.hpp, reduce_by_columns) instead of the leaders alone. Hosts are
 // taken in the order of their first member's group rank, each host's members in group-rank
 // order. Host h's leader is its member at place h mod (its size): on hosts that share a
 // machine's CPUs (containers on one box, emulated hosts), ranks bound round robin by their
@@ -84,14 +84,14 @@ struct HostSplit {
 HostSplitPtr host_split(const GroupView& group, std::span<const int> host_of);
 
 // A reduction that rides in the host tree's agreement messages (a small all_reduce across
-// hosts, collectives.cpp): each member's input goes up with its fingerprint, each host's
+// hosts, reduce_schedules.hpp): each member's input goes up with its fingerprint, each host's
 // partial goes across with its host's fingerprints, the result comes down with everyone's.
 // `tensor` is read when the call starts and written only once every member's call is known
 // to agree, so a mismatch leaves it as it was.
 struct FoldedReduce {
   Tensor tensor;
   // The ops of reduce_in_order (coll/reduce.hpp) over a host's members' inputs in group-rank
-  // order, and over the hosts' partials in host order (collectives.cpp, folded_reduce).
+  // order, and over the hosts' partials in host order (reduce_schedules.hpp, folded_reduce).
   ReduceOp inside = ReduceOp::SUM, across = ReduceOp::SUM;
 };
 

@@ -1,7 +1,7 @@
 // A reduction that runs as a message's bytes arrive: the receive hands them over where they
 // lie (a shared-memory ring, transport::ByteConsumer) and they are combined into memory of
 // this rank's own, with no copy into a staging buffer first and no pass over it afterwards
-// (step A of the columns' all_reduce, collectives.cpp).
+// (step A of the columns' all_reduce, reduce_schedules.cpp).
 #pragma once
 
 #include <algorithm>

@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(large_and_rounding_once) {
   }
 }
 
-// The small blocking all_reduce's straight path (collectives.cpp small_all_reduce) and its
+// The small blocking all_reduce's straight path (coll/on_lane.cpp small_all_reduce) and its
 // hand-overs to the general call: a peer that comes late (the caller's polls run out, the
 // engine's waiter finishes the round it published), a call behind an async collective (the
 // lane is not idle: the general call queues), a one-element call after a mismatch, and the

@@ -61,7 +61,7 @@ struct WaitRig {
   std::shared_ptr<engine::Engine> engine;
 };
 
-// What a blocking collective publishes while it waits (as coll/collectives.cpp's lane calls).
+// What a blocking collective publishes while it waits (as coll/on_lane.hpp's lane calls).
 engine::WaitFocus collective(const engine::WaitSubject& what) {
   return {engine::kBlockedCollective, -1, nullptr, {}, 0, &what};
 }
