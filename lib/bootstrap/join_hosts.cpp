@@ -63,14 +63,31 @@ JoinedWorld join_across_hosts(int rank, int world, const InitOptions& options,
   // For error texts the real host name beside the identity, and each rank's kernel boot id,
   // which tells the hosts that share one machine (below): one exchange of "<boot id>\n<name>",
   // before the rendezvous, so that a rank whose join fails leaves no collective behind.
+  // The same exchange carries each rank's wire format (transport::mpi_wire_format): a job
+  // whose ranks run builds that cut MPI messages differently is refused here, naming them.
   const std::string machine = boot_id();
-  std::vector<std::string> names = session->allgather(machine + '\n' + host_name());
+  const std::string wire = transport::mpi_wire_format();
+  std::vector<std::string> names =
+      session->allgather(machine + '\n' + wire + '\n' + host_name());
   std::vector<std::string> machines(world);
+  std::string differ;
   for (int r = 0; r < world; ++r) {
-    const std::size_t cut = std::min(names[r].find('\n'), names[r].size());
-    machines[r] = names[r].substr(0, cut);
-    names[r].erase(0, std::min(cut + 1, names[r].size()));
+    const auto next_line = [&] {
+      const std::size_t cut = std::min(names[r].find('\n'), names[r].size());
+      std::string line = names[r].substr(0, cut);
+      names[r].erase(0, std::min(cut + 1, names[r].size()));
+      return line;
+    };
+    machines[r] = next_line();
+    const std::string theirs = next_line();
+    if (theirs != wire && differ.empty())
+      differ = "rank " + std::to_string(r) + " runs \"" + theirs + "\" but rank " +
+               std::to_string(rank) + " runs \"" + wire + "\"";
   }
+  if (!differ.empty())
+    throw SetupError("the ranks of this job run different builds of shmdist: " + differ +
+                     "; they would read each other's messages wrong. Install the same build "
+                     "on every host.");
   std::vector<std::string> hosts(world);
   for (int r = 0; r < world; ++r)
     hosts[r] = ids[r].rfind("boot:", 0) == 0 ? names[r] : ids[r] + " on " + names[r];

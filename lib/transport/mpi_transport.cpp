@@ -57,6 +57,12 @@ std::shared_ptr<MpiSession> MpiSession::start() {
     s->handles_->initialised_by_us = true;
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &s->handles_->comm);
+  // Errors on our communicator come back as codes, whatever the program chose for its own
+  // (MPI_COMM_WORLD's handler is inherited by the duplicate; mpi4py, for one, sets it to
+  // MPI_ERRORS_RETURN): a peer whose message does not fit the receive posted for it (another
+  // build of shmdist, or a corrupt one) is then a PeerFailure naming it, never an abort of
+  // the whole job, and never a receive whose reported length exceeds its buffer unnoticed.
+  MPI_Comm_set_errhandler(s->handles_->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(s->handles_->comm, &s->rank_);
   MPI_Comm_size(s->handles_->comm, &s->size_);
   return s;
@@ -74,18 +80,31 @@ MpiSession::~MpiSession() {
 }
 
 std::vector<std::string> MpiSession::allgather(const std::string& value) const {
-  const int len = static_cast<int>(value.size());
+  // What a join exchanges is a few short lines a rank; a peer's length beyond this (or one
+  // that does not add up) is a corrupt or foreign peer, refused before anything is allocated.
+  constexpr int kMaxValue = 1 << 16;
+  const int len = static_cast<int>(std::min<std::size_t>(value.size(), kMaxValue + 1));
   std::vector<int> lens(size_);
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, handles_->comm);
+  const auto refuse = [](const std::string& why) {
+    throw SetupError("the ranks' exchange over MPI at the join failed: " + why +
+                     "; every rank must run the same build of shmdist under one mpirun");
+  };
+  if (MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, handles_->comm) != MPI_SUCCESS)
+    refuse("MPI_Allgather of the lengths returned an error");
   std::vector<int> displs(size_);
-  int total = 0;
+  std::int64_t total = 0;
   for (int r = 0; r < size_; ++r) {
-    displs[r] = total;
+    if (lens[r] < 0 || lens[r] > kMaxValue)
+      refuse("rank " + std::to_string(r) + " announced " + std::to_string(lens[r]) +
+             " bytes where at most " + std::to_string(kMaxValue) + " are expected");
+    displs[r] = static_cast<int>(total);
     total += lens[r];
+    if (total > INT_MAX) refuse("the announced lengths add up to more than an int holds");
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                 handles_->comm);
+  if (MPI_Allgatherv(value.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(),
+                     MPI_CHAR, handles_->comm) != MPI_SUCCESS)
+    refuse("MPI_Allgatherv of the values returned an error");
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], lens[r]));
   return out;
@@ -108,6 +127,23 @@ constexpr std::uint64_t kMaxBufferedBytes = std::uint64_t{4} << 20;
 // Finished send slots kept for reuse (with their buffers), so that a steady stream of small
 // sends allocates nothing.
 constexpr std::size_t kSpareSlots = 64;
+
+// What MPI said about a failed call on the communicator with `peer` (its global rank), as a
+// PeerFailure's text: a truncation is a message longer than the receive posted for it.
+std::string mpi_failure(int code, int peer, const char* what) {
+  int cls = code;
+  MPI_Error_class(code, &cls);
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  const std::string said(text, static_cast<std::size_t>(std::max(len, 0)));
+  if (cls == MPI_ERR_TRUNCATE)
+    return "rank " + std::to_string(peer) + " sent a " + what + " over MPI longer than the " +
+           "receive this rank posted for it (MPI: " + said + "); is it running another build "
+           "of shmdist? Every rank must run the same build; the stream from it is corrupt";
+  return "MPI failed on the " + std::string(what) + " from or to rank " + std::to_string(peer) +
+         " (MPI: " + said + "); the link to it is broken";
+}
 
 class MpiTransport final : public RemoteTransport {
  public:
@@ -163,6 +199,7 @@ class MpiTransport final : public RemoteTransport {
   // preferred source is served first, then stashed messages in rotation. MPI is looked at
   // again only while looks deliver, up to kMessagesPerPoll messages.
   bool poll(InboundHandler& handler, int preferred, bool /*full_scan*/) override {
+    rethrow_failure();
     reap();
     bool moved = collect();
     if (preferred >= 0 && peers_[preferred].stashed) {
@@ -182,15 +219,17 @@ class MpiTransport final : public RemoteTransport {
 
   DirectResult receive_direct(int src, const Expectation& want) override {
     Peer& p = peers_[src];
+    if (!p.failure.empty()) throw PeerFailure(p.failure);
     if (!p.stashed) collect_one(p);
     if (!p.stashed) return DirectResult::Empty;  // nothing, or a finalize marker
     if (!(p.header == encode_header(want.env))) return DirectResult::Other;
-    receive_payload(src, want.dest, 0);
+    receive_payload(src, want.dest);
     backoff_.reset();
     return DirectResult::Received;
   }
 
   int receive_direct_any(const Expectation& want, DirectResult& result) override {
+    rethrow_failure();
     for (int i = 0; i < 4; ++i) {
       int src = next_stashed();
       if (src < 0 && collect()) src = next_stashed();
@@ -207,9 +246,14 @@ class MpiTransport final : public RemoteTransport {
     if (!msg.started) return start_send(dst, msg);
     auto& head = sending_[dst];
     if (!head) return false;
-    if (!complete(**head)) return false;
+    const int code = test_all(**head);
+    if (code == kPending) return false;
     msg.sent = msg.env.nbytes;
     msg.next += msg.env.nbytes;
+    if (code != MPI_SUCCESS) {  // this send alone fails (the engine's rule), naming the peer
+      mark_failed(peers_[dst], mpi_failure(code, dst, "message"));
+      msg.failure = &peers_[dst].failure;
+    }
     forget(*head);
     head.reset();
     return true;
@@ -219,7 +263,7 @@ class MpiTransport final : public RemoteTransport {
   bool inbound_in_progress(int) const override { return false; }  // payloads arrive whole
   bool inbound_pending(int src) const override {
     const Peer& p = peers_[src];
-    if (p.stashed) return true;
+    if (p.stashed || !p.failure.empty()) return true;  // a failure: the next look throws it
     if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     // Whether the posted receive completed, without completing it (the request stays ours).
     int flag = 0;
@@ -250,13 +294,22 @@ class MpiTransport final : public RemoteTransport {
     bool packed = false;          // ... and the payload is in `staged`, after the header
     std::vector<std::byte> staged;  // the posted receive's buffer (kPostedBytes)
     bool finalized = false;
+    // Why the stream from this peer broke (a corrupt message, an MPI error), once it has: from
+    // then on every look at it throws this again (PeerFailure) and nothing more is delivered
+    // from it, since whatever follows may belong to the broken message.
+    std::string failure;
   };
   struct Inflight {
     MessageHeader header{};
     std::vector<std::byte> packed;  // header + payload of a packed message (capacity reused)
     std::size_t packed_bytes = 0;   // of `packed` in use
     std::vector<MPI_Request> reqs;
+    std::vector<MPI_Status> status;  // MPI_Testall's, by request (capacity reused)
     OutboundMessage* msg = nullptr;  // set while the engine waits for it
+    MPI_Status* statuses(std::size_t n) {
+      status.resize(n);
+      return status.data();
+    }
   };
   using Slot = std::list<Inflight>::iterator;
 
@@ -271,10 +324,40 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  bool complete(Inflight& f) {
+  // Whether MPI is done with a send slot; one that failed counts as done (a finalize marker
+  // or a packed message nobody waits for is dropped; send_some fails the engine's send).
+  bool complete(Inflight& f) { return test_all(f) != kPending; }
+  static constexpr int kPending = -1;
+  // MPI_SUCCESS, kPending, or the error of a failed request of `f`.
+  int test_all(Inflight& f) {
     int flag = 0;
-    MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &flag, MPI_STATUSES_IGNORE);
-    return flag != 0;
+    const int code = MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &flag,
+                                 f.statuses(f.reqs.size()));
+    if (code == MPI_ERR_IN_STATUS) {
+      for (std::size_t i = 0; i < f.reqs.size(); ++i)
+        if (f.status[i].MPI_ERROR != MPI_SUCCESS && f.status[i].MPI_ERROR != MPI_ERR_PENDING)
+          return f.status[i].MPI_ERROR;
+      return kPending;
+    }
+    if (code != MPI_SUCCESS) return code;
+    return flag ? MPI_SUCCESS : kPending;
+  }
+
+  // Records why the stream from `p` broke (the first reason stays).
+  void mark_failed(Peer& p, std::string why) {
+    if (!p.failure.empty()) return;
+    p.failure = std::move(why);
+    ++failed_;
+  }
+  [[noreturn]] void fail(Peer& p, std::string why) {
+    mark_failed(p, std::move(why));
+    throw PeerFailure(p.failure);
+  }
+  // Throws the failure of the first broken peer, if any.
+  void rethrow_failure() const {
+    if (failed_ == 0) return;
+    for (int r : remote_)
+      if (!peers_[r].failure.empty()) throw PeerFailure(peers_[r].failure);
   }
 
   // A send slot at the end of inflight_, reused from spare_ when one is there.
@@ -360,15 +443,20 @@ class MpiTransport final : public RemoteTransport {
 
   bool collect_some() {
     int count = 0;
-    MPI_Testsome(static_cast<int>(posted_.size()), posted_.data(), &count, done_index_.data(),
-                 done_status_.data());
+    const int code = MPI_Testsome(static_cast<int>(posted_.size()), posted_.data(), &count,
+                                  done_index_.data(), done_status_.data());
+    if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS)
+      throw PeerFailure(mpi_failure(code, remote_.front(), "message header (MPI_Testsome)"));
     if (count == MPI_UNDEFINED || count == 0) return false;  // undefined: nothing posted
     // Every completed receive is taken in before a corrupt one is reported: their requests
     // are spent.
     std::exception_ptr corrupt;
     for (int k = 0; k < count; ++k) {
+      Peer& p = peers_[remote_[done_index_[k]]];
       try {
-        arrived(peers_[remote_[done_index_[k]]], done_status_[k]);
+        const int error = code == MPI_ERR_IN_STATUS ? done_status_[k].MPI_ERROR : MPI_SUCCESS;
+        if (error != MPI_SUCCESS) fail(p, mpi_failure(error, remote_[p.slot], "message header"));
+        arrived(p, done_status_[k]);
       } catch (const PeerFailure&) {
         if (!corrupt) corrupt = std::current_exception();
       }
@@ -382,15 +470,17 @@ class MpiTransport final : public RemoteTransport {
     if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     int flag = 0;
     MPI_Status st;
-    MPI_Test(&posted_[p.slot], &flag, &st);
+    const int code = MPI_Test(&posted_[p.slot], &flag, &st);
+    if (code != MPI_SUCCESS) fail(p, mpi_failure(code, remote_[p.slot], "message header"));
     if (flag) arrived(p, st);
     return flag != 0;
   }
 
   // The posted receive of `p` completed with `st`: a header (its payload follows on the
   // payload tag), a packed message, or a finalize marker (0 bytes: nothing follows, the
-  // receive is not posted again). A message longer than kPostedBytes cannot arrive: MPI
-  // reports it as truncated and, under its default error handler, ends the job.
+  // receive is not posted again). A message longer than kPostedBytes is an error MPI reports
+  // (truncation: collect's callers fail the peer); the count is checked again here, since
+  // some MPIs report the sender's length with it.
   void arrived(Peer& p, const MPI_Status& st) {
     const int from = remote_[p.slot];
     int count = 0;
@@ -399,21 +489,26 @@ class MpiTransport final : public RemoteTransport {
       p.finalized = true;
       return;
     }
-    if (count < kHeaderBytes)
-      throw PeerFailure("rank " + std::to_string(from) + " sent a " + std::to_string(count) +
-                        "-byte message header over MPI; expected 32 bytes, or 32 plus at most " +
-                        std::to_string(kMpiPackedMax) + " payload bytes (is it running another "
-                        "version of shmdist?)");
+    if (count < kHeaderBytes || count > kPostedBytes)
+      fail(p, "rank " + std::to_string(from) + " sent a " + std::to_string(count) +
+                  "-byte message header over MPI; expected 32 bytes, or 32 plus at most " +
+                  std::to_string(kMpiPackedMax) + " payload bytes (is it running another "
+                  "build of shmdist? Every rank must run the same build); the stream from it "
+                  "is corrupt");
     p.packed = count > kHeaderBytes;
     std::memcpy(&p.header, p.staged.data(), sizeof(MessageHeader));
-    decode_header(p.header, sizeof(MessageHeader), from);  // throws PeerFailure if corrupt
+    try {
+      decode_header(p.header, sizeof(MessageHeader), from);
+    } catch (const PeerFailure& e) {
+      fail(p, e.what());
+    }
     if (p.header.flags != 0 ||
         (p.packed && p.header.nbytes != std::uint64_t(count - kHeaderBytes)))
-      throw PeerFailure("rank " + std::to_string(from) + " sent a message over MPI whose header "
-                        "(flags " + std::to_string(p.header.flags) + ", " +
-                        std::to_string(p.header.nbytes) + " bytes) does not match its " +
-                        std::to_string(count - kHeaderBytes) + " payload bytes; the stream from "
-                        "it is corrupt");
+      fail(p, "rank " + std::to_string(from) + " sent a message over MPI whose header "
+                  "(flags " + std::to_string(p.header.flags) + ", " +
+                  std::to_string(p.header.nbytes) + " bytes) does not match its " +
+                  std::to_string(count - kHeaderBytes) + " payload bytes; the stream from it is "
+                  "corrupt");
     p.stashed = true;
     ++stashed_;
   }
@@ -432,46 +527,51 @@ class MpiTransport final : public RemoteTransport {
   void deliver(int src, InboundHandler& handler) {
     const Envelope env = decode_header(peers_[src].header, sizeof(MessageHeader), src);
     InboundSink* sink = handler.on_message_start(env);  // may throw: the message stays stashed
-    receive_payload(src, sink->dest + sink->received, sink->received);
-    sink->landed(env.nbytes - sink->received);
+    // A sink starts empty (the engine's on_message_start), and MPI fills it whole below.
+    receive_payload(src, sink->dest);
+    sink->landed(env.nbytes);
     handler.on_message_complete(sink, env);
   }
 
-  // Puts the stashed message's payload from byte `from` on into `dest`, unstashes it and
-  // posts the source's next receive. A packed one is here already; otherwise its sender
+  // Puts the stashed message's payload into `dest`, unstashes it and posts the source's next
+  // receive. A packed one is here already; otherwise its sender
   // posted the payload with the header, so this receive, which returns once the bytes are
   // here, waits only for them to cross (MPI progresses every request meanwhile).
-  void receive_payload(int src, std::byte* dest, std::uint64_t from) {
+  void receive_payload(int src, std::byte* dest) {
     Peer& p = peers_[src];
-    const std::uint64_t nbytes = p.header.nbytes - from;
+    const std::uint64_t nbytes = p.header.nbytes;
     p.stashed = false;
     --stashed_;
     if (p.packed) {
-      if (nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader) + from, nbytes);
+      if (nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader), nbytes);
       post(p);
       return;
     }
     post(p);  // the header was copied out of `staged`; the payload comes on another tag
-    const std::uint64_t piece = piece_of(p.header.nbytes);  // as its sender cut it
+    const std::uint64_t piece = piece_of(nbytes);  // as its sender cut it
     for (std::uint64_t off = 0; off < nbytes; off += piece) {
       const auto n = static_cast<int>(std::min(piece, nbytes - off));
+      const auto corrupt = [&](const std::string& what) {
+        fail(p, "rank " + std::to_string(src) + " sent " + what + " as piece " +
+                    std::to_string(off / piece + 1) + " of the payload of a " +
+                    std::to_string(nbytes) + "-byte message over MPI, where " +
+                    std::to_string(n) + " bytes were due; the stream from it is corrupt");
+      };
       MPI_Status st;
       // MPI_Recv, with the CPU given away between looks (Open MPI does not: MpiSession::
       // start): the sender's progress may need this CPU, and with nobody else to run
       // sched_yield returns at once.
       MPI_Request req;
-      MPI_Irecv(dest + off, n, MPI_BYTE, src, kPayloadTag, comm_, &req);
-      for (int done = 0;;) {
-        MPI_Test(&req, &done, &st);
+      int code = MPI_Irecv(dest + off, n, MPI_BYTE, src, kPayloadTag, comm_, &req);
+      for (int done = 0; code == MPI_SUCCESS;) {
+        code = MPI_Test(&req, &done, &st);
         if (done) break;
         sched_yield();
       }
+      if (code != MPI_SUCCESS) fail(p, mpi_failure(code, src, "message payload"));
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
-      if (count != n)
-        throw PeerFailure("rank " + std::to_string(src) + " sent " + std::to_string(count) +
-                          " payload bytes over MPI where its header announced " +
-                          std::to_string(n) + "; the stream from it is corrupt");
+      if (count != n) corrupt(std::to_string(count) + " bytes");
     }
   }
 
@@ -502,6 +602,7 @@ class MpiTransport final : public RemoteTransport {
   std::vector<int> done_index_;           // MPI_Testsome's results
   std::vector<MPI_Status> done_status_;
   std::size_t stashed_ = 0;               // peers with a stashed message
+  std::size_t failed_ = 0;                // peers whose stream broke (Peer::failure)
   std::list<Inflight> inflight_;
   std::list<Inflight> spare_;             // finished slots, for reuse
   std::vector<std::optional<Slot>> sending_;  // by destination: the engine's head

@@ -22,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include <shmdist/version.hpp>
+
+#include "transport/frame.hpp"
 #include "transport/transport.hpp"
 
 namespace shmdist::transport {
@@ -41,6 +44,16 @@ inline constexpr std::uint64_t kMpiPackedMax = std::uint64_t{32} << 10;
 // -> 345-349; a 64 KiB send's bandwidth 1.5 -> 2.4 GB/s. Pieces of larger payloads gained
 // nothing at 256 KiB and lost 10-35% at 1-2 MiB (a copy out of Open MPI's buffers per piece).
 inline constexpr std::uint64_t kMpiPiecedMax = std::uint64_t{128} << 10;
+
+// How this build cuts its MPI messages. The ranks of a job across hosts compare it when they
+// join (bootstrap/join_hosts.cpp): ranks that cut them differently would take each other's
+// messages for corrupt ones mid-job, so such a job is refused at the start instead.
+inline std::string mpi_wire_format() {
+  return std::string("shmdist ") + kVersionString + ", MPI messages: a " +
+         std::to_string(sizeof(MessageHeader)) + "-byte header, payloads packed with it up to " +
+         std::to_string(kMpiPackedMax) + " bytes, in pieces up to " +
+         std::to_string(kMpiPiecedMax) + " bytes";
+}
 
 // MPI, initialised by shmdist (and finalized when the last user lets go) unless the program
 // initialised it itself (then shmdist neither initialises nor finalizes it).

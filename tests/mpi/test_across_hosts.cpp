@@ -171,4 +171,40 @@ BOOST_AUTO_TEST_CASE(timeout_says_what_the_rank_was_blocked_on) {
              r.out);
 }
 
+// A peer that breaks the MPI transport's wire format (tests/mpi/corrupt_peer.cpp): the
+// receiving rank gets a PeerFailure naming it, its job is not aborted, no byte of a broken
+// message is delivered, and nothing after it from that peer either (the stream is out of
+// step). "good" is the same harness with a well-formed peer: both messages arrive intact.
+BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it) {
+  const auto run = [](const std::string& mode) {
+    CommandOptions options;
+    options.timeout = std::chrono::seconds(60);
+    options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+    return run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--mca",
+                        "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--timeout",
+                        "50", "-n", "2", SHMDIST_TEST_CORRUPT_PEER, mode},
+                       options);
+  };
+  const auto good = run("good");
+  BOOST_TEST(good.exit_code == 0, good.err);
+  BOOST_TEST(good.out == "GOT tag 1 nbytes 65536 bad 0\nGOT tag 2 nbytes 100 bad 0\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"long_packed", "is it running another build of shmdist?"},
+      {"one_payload", "is it running another build of shmdist?"},
+      {"desync", "rank 1 sent 1000 bytes as piece 1 of the payload of a 65536-byte message"}};
+  for (const auto& [mode, says] : cases) {
+    const auto r = run(mode);
+    BOOST_TEST_CONTEXT("mode " << mode << ", stdout: " << r.out << ", stderr: " << r.err) {
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(r.exit_code == 0);
+      BOOST_TEST(r.out.rfind("PEERFAILURE ", 0) == 0);
+      BOOST_TEST(r.out.find("rank 1") != std::string::npos);
+      BOOST_TEST(r.out.find(says) != std::string::npos);
+      BOOST_TEST(r.out.find("GOT") == std::string::npos);
+      // One failure, thrown again at every later look: a single line.
+      BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
