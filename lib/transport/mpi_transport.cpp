@@ -114,9 +114,10 @@ namespace {
 
 constexpr int kHeaderTag = 1;
 constexpr int kPayloadTag = 2;
-constexpr std::uint64_t kChunk = std::uint64_t{1} << 30;  // MPI counts are ints
 // The pieces a payload of `n` bytes crosses in, sender and receiver alike (kMpiPiecedMax).
-std::uint64_t piece_of(std::uint64_t n) { return n <= kMpiPiecedMax ? kMpiPackedMax : kChunk; }
+std::uint64_t piece_of(std::uint64_t n) {
+  return n <= kMpiPiecedMax ? kMpiPackedMax : kMpiChunkMax;
+}
 constexpr int kMessagesPerPoll = 32;
 constexpr int kHeaderBytes = static_cast<int>(sizeof(MessageHeader));
 // What one posted receive on the header tag takes: a header, or a packed message.
@@ -250,9 +251,9 @@ class MpiTransport final : public RemoteTransport {
     if (code == kPending) return false;
     msg.sent = msg.env.nbytes;
     msg.next += msg.env.nbytes;
-    if (code != MPI_SUCCESS) {  // this send alone fails (the engine's rule), naming the peer
-      mark_failed(peers_[dst], mpi_failure(code, dst, "message"));
-      msg.failure = &peers_[dst].failure;
+    if (code != MPI_SUCCESS) {  // this send fails (the engine's rule: it alone), naming the peer
+      send_failed(dst, code);
+      msg.failure = &peers_[dst].send_failure;
     }
     forget(*head);
     head.reset();
@@ -281,8 +282,8 @@ class MpiTransport final : public RemoteTransport {
   void send_finalized() override {
     for (int peer : remote_) {
       Inflight& f = new_slot();
-      f.reqs.emplace_back();
-      MPI_Isend(nullptr, 0, MPI_BYTE, peer, kHeaderTag, comm_, &f.reqs.back());
+      f.dst = peer;
+      isend(f, nullptr, 0, peer, kHeaderTag);
     }
   }
 
@@ -298,6 +299,10 @@ class MpiTransport final : public RemoteTransport {
     // then on every look at it throws this again (PeerFailure) and nothing more is delivered
     // from it, since whatever follows may belong to the broken message.
     std::string failure;
+    // Why a send to this peer failed, once one has: that send fails (the engine's rule: it
+    // alone), and so does every later one, since the link to the peer is broken. Receiving
+    // from it goes on.
+    std::string send_failure;
   };
   struct Inflight {
     MessageHeader header{};
@@ -305,6 +310,7 @@ class MpiTransport final : public RemoteTransport {
     std::size_t packed_bytes = 0;   // of `packed` in use
     std::vector<MPI_Request> reqs;
     std::vector<MPI_Status> status;  // MPI_Testall's, by request (capacity reused)
+    int dst = -1;
     OutboundMessage* msg = nullptr;  // set while the engine waits for it
     MPI_Status* statuses(std::size_t n) {
       status.resize(n);
@@ -324,9 +330,15 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  // Whether MPI is done with a send slot; one that failed counts as done (a finalize marker
-  // or a packed message nobody waits for is dropped; send_some fails the engine's send).
-  bool complete(Inflight& f) { return test_all(f) != kPending; }
+  // Whether MPI is done with a send slot. One that failed counts as done, and later sends to
+  // its peer fail (a finalize marker or a packed message nobody waits for can fail no send of
+  // its own); send_some fails the engine's send itself.
+  bool complete(Inflight& f) {
+    const int code = test_all(f);
+    if (code == kPending) return false;
+    if (code != MPI_SUCCESS && f.dst >= 0) send_failed(f.dst, code);
+    return true;
+  }
   static constexpr int kPending = -1;
   // MPI_SUCCESS, kPending, or the error of a failed request of `f`.
   int test_all(Inflight& f) {
@@ -334,13 +346,23 @@ class MpiTransport final : public RemoteTransport {
     const int code = MPI_Testall(static_cast<int>(f.reqs.size()), f.reqs.data(), &flag,
                                  f.statuses(f.reqs.size()));
     if (code == MPI_ERR_IN_STATUS) {
-      for (std::size_t i = 0; i < f.reqs.size(); ++i)
-        if (f.status[i].MPI_ERROR != MPI_SUCCESS && f.status[i].MPI_ERROR != MPI_ERR_PENDING)
-          return f.status[i].MPI_ERROR;
-      return kPending;
+      // Some MPIs report a failed request while others of the slot are still active
+      // (MPI_ERR_PENDING): the slot, and the memory they read, stay in use until those end.
+      int error = kPending;
+      for (std::size_t i = 0; i < f.reqs.size(); ++i) {
+        if (f.status[i].MPI_ERROR == MPI_ERR_PENDING) return kPending;
+        if (f.status[i].MPI_ERROR != MPI_SUCCESS && error == kPending) error = f.status[i].MPI_ERROR;
+      }
+      return error;
     }
     if (code != MPI_SUCCESS) return code;
     return flag ? MPI_SUCCESS : kPending;
+  }
+
+  // Records why sends to `dst` fail (the first reason stays).
+  void send_failed(int dst, int code) {
+    std::string& why = peers_[dst].send_failure;
+    if (why.empty()) why = mpi_failure(code, dst, "message");
   }
 
   // Records why the stream from `p` broke (the first reason stays).
@@ -387,9 +409,16 @@ class MpiTransport final : public RemoteTransport {
     // Finished sends are freed here too, not only in poll(): a ping-pong whose receives all
     // take the direct path never polls, and would otherwise hold every packed message sent.
     reap();
+    msg.started = true;
+    if (!peers_[dst].send_failure.empty()) {  // the link to dst is broken: this send fails too
+      msg.sent = msg.env.nbytes;
+      msg.next += msg.env.nbytes;
+      msg.failure = &peers_[dst].send_failure;
+      return true;
+    }
     Inflight& f = new_slot();
     f.header = encode_header(msg.env);
-    msg.started = true;
+    f.dst = dst;
     const std::uint64_t n = msg.env.nbytes;
     if (n > 0 && n <= kMpiPackedMax) {
       f.packed_bytes = sizeof(MessageHeader) + n;
@@ -397,22 +426,18 @@ class MpiTransport final : public RemoteTransport {
       std::memcpy(f.packed.data(), &f.header, sizeof(MessageHeader));
       std::memcpy(f.packed.data() + sizeof(MessageHeader), msg.next, n);
       buffered_ += f.packed_bytes;
-      f.reqs.emplace_back();
-      MPI_Isend(f.packed.data(), static_cast<int>(f.packed_bytes), MPI_BYTE, dst, kHeaderTag,
-                comm_, &f.reqs.back());
+      isend(f, f.packed.data(), static_cast<int>(f.packed_bytes), dst, kHeaderTag);
       if (buffered_ <= kMaxBufferedBytes) {
         msg.sent = n;
         msg.next += n;
         return true;
       }
     } else {
-      f.reqs.emplace_back();
-      MPI_Isend(&f.header, sizeof f.header, MPI_BYTE, dst, kHeaderTag, comm_, &f.reqs.back());
+      isend(f, &f.header, sizeof f.header, dst, kHeaderTag);
       const std::uint64_t piece = piece_of(n);
       for (std::uint64_t off = 0; off < n; off += piece) {
         const auto len = static_cast<int>(std::min(piece, n - off));
-        f.reqs.emplace_back();
-        MPI_Isend(msg.next + off, len, MPI_BYTE, dst, kPayloadTag, comm_, &f.reqs.back());
+        isend(f, msg.next + off, len, dst, kPayloadTag);
       }
       // An empty message is done for the engine now (no user bytes are referenced); its
       // header buffer stays in inflight_ until MPI is done with it.
@@ -424,10 +449,26 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  // (Re)posts the receive on the header tag from `p`.
+  // Starts one send of slot `f`. One MPI refuses leaves no request (the slot completes at
+  // once) and fails the sends to `dst` (send_failed).
+  void isend(Inflight& f, const void* data, int len, int dst, int tag) {
+    f.reqs.push_back(MPI_REQUEST_NULL);
+    const int code = MPI_Isend(data, len, MPI_BYTE, dst, tag, comm_, &f.reqs.back());
+    if (code != MPI_SUCCESS) {
+      f.reqs.back() = MPI_REQUEST_NULL;
+      send_failed(dst, code);
+    }
+  }
+
+  // (Re)posts the receive on the header tag from `p`; if MPI refuses, the stream from `p` is
+  // broken (its next look throws).
   void post(Peer& p) {
-    MPI_Irecv(p.staged.data(), kPostedBytes, MPI_BYTE, remote_[p.slot], kHeaderTag, comm_,
-              &posted_[p.slot]);
+    const int code = MPI_Irecv(p.staged.data(), kPostedBytes, MPI_BYTE, remote_[p.slot],
+                               kHeaderTag, comm_, &posted_[p.slot]);
+    if (code != MPI_SUCCESS) {
+      posted_[p.slot] = MPI_REQUEST_NULL;
+      mark_failed(p, mpi_failure(code, remote_[p.slot], "message header"));
+    }
   }
 
   // One look at MPI over every posted receive: stashes what arrived. Returns whether anything
@@ -445,8 +486,18 @@ class MpiTransport final : public RemoteTransport {
     int count = 0;
     const int code = MPI_Testsome(static_cast<int>(posted_.size()), posted_.data(), &count,
                                   done_index_.data(), done_status_.data());
-    if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS)
-      throw PeerFailure(mpi_failure(code, remote_.front(), "message header (MPI_Testsome)"));
+    if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
+      // Not one request's error: MPI failed as a whole, so every stream from another host is
+      // broken (those MPI completed in this call are lost with it).
+      char text[MPI_MAX_ERROR_STRING] = {};
+      int len = 0;
+      MPI_Error_string(code, text, &len);
+      const std::string why = "MPI failed while looking for messages from the other hosts "
+                              "(MPI_Testsome: " + std::string(text, std::max(len, 0)) +
+                              "); the links to them are broken";
+      for (int r : remote_) mark_failed(peers_[r], why);
+      rethrow_failure();
+    }
     if (count == MPI_UNDEFINED || count == 0) return false;  // undefined: nothing posted
     // Every completed receive is taken in before a corrupt one is reported: their requests
     // are spent.

@@ -48,11 +48,18 @@ inline constexpr std::uint64_t kMpiPiecedMax = std::uint64_t{128} << 10;
 // How this build cuts its MPI messages. The ranks of a job across hosts compare it when they
 // join (bootstrap/join_hosts.cpp): ranks that cut them differently would take each other's
 // messages for corrupt ones mid-job, so such a job is refused at the start instead.
+// Larger payloads cross in chunks of at most this many bytes (MPI counts are ints).
+inline constexpr std::uint64_t kMpiChunkMax = std::uint64_t{1} << 30;
+// The MPI wire protocol's version: bump it with any change to how messages are tagged, cut
+// or laid out that the sizes below do not show.
+inline constexpr int kMpiWireVersion = 2;
 inline std::string mpi_wire_format() {
-  return std::string("shmdist ") + kVersionString + ", MPI messages: a " +
-         std::to_string(sizeof(MessageHeader)) + "-byte header, payloads packed with it up to " +
-         std::to_string(kMpiPackedMax) + " bytes, in pieces up to " +
-         std::to_string(kMpiPiecedMax) + " bytes";
+  return std::string("shmdist ") + kVersionString + ", MPI wire " +
+         std::to_string(kMpiWireVersion) + ": a " + std::to_string(sizeof(MessageHeader)) +
+         "-byte header, payloads packed with it up to " + std::to_string(kMpiPackedMax) +
+         " bytes, in pieces of " + std::to_string(kMpiPackedMax) + " up to " +
+         std::to_string(kMpiPiecedMax) + " bytes, else in chunks of " +
+         std::to_string(kMpiChunkMax);
 }
 
 // MPI, initialised by shmdist (and finalized when the last user lets go) unless the program

@@ -1,8 +1,10 @@
-// A peer that breaks the MPI transport's wire format, against the real transport: run as 2
-// ranks under mpirun (test_across_hosts.cpp). Rank 0 polls an MpiTransport for 3 seconds and
-// prints what it got: "PEERFAILURE <text>" once per distinct failure, "GOT tag T nbytes N bad B"
-// per delivered message (B: bytes that differ from what rank 1 sent). Rank 1 writes on the
-// transport's communicator by hand, as a corrupt peer or another build of shmdist would:
+// A peer that breaks the MPI transport's wire format, against the real transport: run as 2 or
+// 3 ranks under mpirun (test_across_hosts.cpp). Rank 0 polls an MpiTransport to every other
+// rank until it has both of "good"'s messages or a failure, then half a second more (at most
+// 30 s in all), and prints what it got: "PEERFAILURE <text>" once per distinct failure, "GOT tag
+// T nbytes N bad B" per delivered message (B: bytes that differ from what rank 1 sent). Rank 2,
+// if there, sends nothing (so rank 0 looks at two peers at once, MPI_Testsome's path). Rank 1
+// writes on the transport's communicator by hand, as a corrupt peer or another build would:
 //   good        a pieced message (64 KiB: header, then two pieces) and a packed one (100 B);
 //   long_packed a packed message of 40000 payload bytes (a build that packs up to 64 KiB):
 //               longer than the receive posted for it;
@@ -17,6 +19,7 @@
 
 #include <shmdist/errors.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -55,6 +58,7 @@ MessageHeader header(int tag, std::uint64_t n) {
 
 class Collector final : public InboundHandler {
  public:
+  int delivered = 0;
   InboundSink* on_message_start(const Envelope& env) override {
     bytes_.assign(env.nbytes, std::byte{0});
     sink_ = {};
@@ -66,6 +70,7 @@ class Collector final : public InboundHandler {
     for (std::size_t i = 0; i < bytes_.size(); ++i) bad += bytes_[i] != pattern(i, env.key.tag);
     std::printf("GOT tag %d nbytes %llu bad %zu\n", env.key.tag,
                 static_cast<unsigned long long>(env.nbytes), bad);
+    ++delivered;
   }
 
  private:
@@ -73,20 +78,29 @@ class Collector final : public InboundHandler {
   std::vector<std::byte> bytes_;
 };
 
-void victim() {
+void victim(int world) {
+  using Clock = std::chrono::steady_clock;
   auto session = MpiSession::start();
   {
-    auto transport = make_mpi_transport(session, {1});
+    std::vector<int> others;
+    for (int r = 1; r < world; ++r) others.push_back(r);
+    auto transport = make_mpi_transport(session, others);
     Collector collector;
     std::set<std::string> failures;
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-    while (std::chrono::steady_clock::now() < end) {
+    auto end = Clock::now() + std::chrono::seconds(30);
+    bool settled = false;  // the outcome is in: from now on only the grace period
+    while (Clock::now() < end) {
+      bool moved = false;
       try {
-        transport->poll(collector, 1, true);
+        moved = transport->poll(collector, -1, true);
       } catch (const PeerFailure& e) {
         if (failures.insert(e.what()).second) std::printf("PEERFAILURE %s\n", e.what());
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
+      if (!settled && (collector.delivered >= 2 || !failures.empty())) {
+        settled = true;
+        end = Clock::now() + std::chrono::milliseconds(500);
+      }
+      if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -138,8 +152,9 @@ void corrupt_peer(const std::string& mode) {
     send_pieces(1, 65536, 1000);
     send_pieces(2, 65536, 32768);
   }
-  // Until the victim is done: its receives take what they take; what they leave is dropped.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  // Until MPI is done with the sends (at most 30 s): the victim's receives take what they
+  // take; what they leave is dropped.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   int done = 0;
   while (!done && std::chrono::steady_clock::now() < end) {
     MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
@@ -154,18 +169,30 @@ void corrupt_peer(const std::string& mode) {
   MPI_Comm_free(&comm);
 }
 
+// A well-behaved peer with nothing to say: the transport's communicator, then the end.
+void silent_peer() {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_free(&comm);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -n 2 %s good|long_packed|one_payload|desync\n", argv[0]);
+    std::fprintf(stderr, "usage: mpirun -n 2|3 %s good|long_packed|one_payload|desync\n",
+                 argv[0]);
     return 2;
   }
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) victim();
-  else corrupt_peer(argv[1]);
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (rank == 0) victim(world);
+  else if (rank == 1) corrupt_peer(argv[1]);
+  else silent_peer();
   std::fflush(stdout);
   MPI_Finalize();
   return 0;
