@@ -51,7 +51,12 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
     posted_.pop_front();
     fail_operation(op, error);
   }
-  for (Inflight& f : inflight_) {
+  for (std::size_t src = 0; src < inflight_.size(); ++src) {
+    Inflight& f = inflight_[src];
+    // The memory a message streams into goes away with its receiver or with the engine: a
+    // transport that cannot stop writing into it at once (MPI) must stop for good.
+    if ((f.receiver || f.unexpected) && !transport_->release_inbound(static_cast<int>(src)))
+      transport_->abandon_inbound(static_cast<int>(src));
     if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, error);
     f.sink.consumer = nullptr;  // its owner (a schedule) is abandoned below
   }
@@ -181,6 +186,7 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
   }
   if (!done) {
     (this->*withdraw)(op);
+    if (!op.pending()) return;  // it completed while it was withdrawn (settle_inbound)
     waiter_.throw_timeout(focus, timeout_);
   }
 }

@@ -186,17 +186,19 @@ void Engine::deliver(Operation& op, Unexpected& u) {
 }
 
 // `op` takes over a message that is still streaming into an unexpected buffer: what arrived
-// so far moves into the tensor and the rest streams there directly.
+// so far moves into the tensor and the rest streams there directly; unless the transport
+// cannot stop writing into the buffer (MPI matched a payload's piece to it), in which case
+// the message goes on arriving there and is copied into the tensor when it is whole.
 void Engine::claim_inflight(Operation& op, Unexpected& u) {
   Inflight& f = inflight_[u.env.src];
   if (op.any_size) size_for(op, u.env.nbytes);
-  if (op.any_size || op.view.dtype == u.env.dtype) {
+  if ((op.any_size || op.view.dtype == u.env.dtype) && transport_->release_inbound(u.env.src)) {
     if (op.consumer) consume(op, u.buffer.get(), 0, f.sink.received);
     else if (f.sink.received) std::memcpy(op.view.data, u.buffer.get(), f.sink.received);
     f.sink.dest = op.view.data;
     f.sink.consumer = op.consumer.get();
   } else {
-    op.staging = std::move(u.buffer);  // keeps receiving there; converted at completion
+    op.staging = std::move(u.buffer);  // keeps receiving there; converted (or copied) at completion
   }
   f.unexpected = nullptr;
   f.receiver = &op;
@@ -206,6 +208,7 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
 // streaming into it, the message goes back to being unexpected (or to the next posted
 // receive that matches), so that no byte and no ordering is lost. Only Engine::recv
 // withdraws, and its receive has no consumer (a consumer's bytes could not be put back).
+// If the message completes meanwhile (settle_inbound), the receive has it after all.
 void Engine::withdraw_receive(Operation& op) {
   if (op.posted_hook.is_linked()) {
     posted_.erase(posted_.iterator_to(op));
@@ -213,6 +216,7 @@ void Engine::withdraw_receive(Operation& op) {
   }
   for (Inflight& f : inflight_) {
     if (f.receiver != &op) continue;
+    if (!op.staging && !settle_inbound(f, op)) return;  // the message completed into it
     Unexpected u;
     u.env = f.env;
     u.seq = f.seq;
@@ -232,6 +236,42 @@ void Engine::withdraw_receive(Operation& op) {
     }
     return;
   }
+}
+
+// The caller's memory (the tensor of a receive that gives up) is about to go: wait until the
+// transport writes nothing more into it. Only MPI may be unable to stop at once (it matched
+// a payload's piece to the memory, and the piece lands when its sender pushes it), so this
+// waits for that piece, progressing everything meanwhile, for at most one more timeout. Past
+// that (or if the wait fails) the transport is told to stop for good, which for MPI means
+// this rank's link to other hosts is lost, and the receive raises PeerFailure naming the
+// sender. Returns false if the message completed meanwhile (`op` has it).
+bool Engine::settle_inbound(Inflight& f, Operation& op) {
+  const int src = f.env.src;
+  if (transport_->release_inbound(src)) return true;
+  const WaitFocus focus{kBlockedRecv, src, nullptr, op.key, op.view.nbytes};
+  // The message stays where it is, unfinished for good: nothing refers to `op` any more.
+  const auto let_go = [&] {
+    transport_->abandon_inbound(src);
+    f.receiver = nullptr;
+  };
+  bool settled = false;
+  try {
+    settled = block_until(
+        [&] { return f.receiver != &op || transport_->release_inbound(src); }, focus, timeout_);
+  } catch (...) {
+    if (f.receiver == &op) let_go();
+    throw;
+  }
+  if (f.receiver != &op) return false;
+  if (settled) return true;
+  let_go();
+  throw PeerFailure("rank " + std::to_string(src) + " stopped sending a " +
+                    std::to_string(f.env.nbytes) + "-byte message midway: its receive on rank " +
+                    std::to_string(rank_) + " gave up, and its sender's transfer into the "
+                    "receive's memory did not finish within the timeout after that; this rank "
+                    "stopped using MPI, so the ranks on other hosts cannot be reached from it. "
+                    "A sender must keep calling into shmdist (a wait, a test) while a large "
+                    "message of its leaves");
 }
 
 void Engine::finish_receive(Operation& op, const transport::Envelope& env) {

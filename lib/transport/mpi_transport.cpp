@@ -42,7 +42,7 @@ std::shared_ptr<MpiSession> MpiSession::start() {
     // when the ranks awake outnumber the CPUs), and polls right after a message arrived,
     // where giving it away only delays the reply: so ours is the one policy, unless the
     // user chose Open MPI's (overwrite 0 keeps a value already set). The one wait inside
-    // MPI, a payload's receive, yields by itself (receive_payload). Open MPI 4 reads the
+    // MPI, for a payload's pieces, yields by itself (advance_payload). Open MPI 4 reads the
     // variable in MPI_Init_thread; it is taken away again after, so that the program's child
     // processes (another mpirun) do not inherit it.
     const bool set_yield = std::getenv("OMPI_MCA_mpi_yield_when_idle") == nullptr;
@@ -168,11 +168,29 @@ class MpiTransport final : public RemoteTransport {
   }
 
   ~MpiTransport() override {
+    // The engine let memory go that MPI may still write into (abandon_inbound): no more MPI
+    // calls from this rank, since any of them may progress that receive.
+    if (abandoned_) {
+      session_->abandon();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // Payload receives still posted first (a message whose sender stopped midway): cancelled,
+    // or, once MPI has matched one, waited for.
+    for (int r : remote_) {
+      MPI_Request& piece = peers_[r].piece;
+      if (piece == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&piece);
+      for (int flag = 0;;) {
+        MPI_Test(&piece, &flag, MPI_STATUS_IGNORE);
+        if (flag) break;
+        if (!wait_a_little(deadline)) return;
+      }
+    }
     // Sends still in flight (finalize markers, packed and orphaned sends) must complete
     // before MPI is finalized; every peer drains its inbound traffic until it has seen our
     // marker. A rank ending without destroy_process_group may leave sends nobody takes: wait
     // for them a bounded time, then leave MPI as it is (mpirun then reports the rank's exit).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       if (complete(*it)) {
         it = inflight_.erase(it);
@@ -200,9 +218,11 @@ class MpiTransport final : public RemoteTransport {
   // preferred source is served first, then stashed messages in rotation. MPI is looked at
   // again only while looks deliver, up to kMessagesPerPoll messages.
   bool poll(InboundHandler& handler, int preferred, bool /*full_scan*/) override {
+    if (abandoned_) return false;
     rethrow_failure();
     reap();
-    bool moved = collect();
+    bool moved = receiving_ > 0 && advance_payloads(handler);
+    moved |= collect();
     if (preferred >= 0 && peers_[preferred].stashed) {
       deliver(preferred, handler);
       moved = true;
@@ -221,10 +241,13 @@ class MpiTransport final : public RemoteTransport {
   DirectResult receive_direct(int src, const Expectation& want) override {
     Peer& p = peers_[src];
     if (!p.failure.empty()) throw PeerFailure(p.failure);
+    if (p.sink) return DirectResult::Other;  // a payload is arriving: poll() goes on with it
     if (!p.stashed) collect_one(p);
     if (!p.stashed) return DirectResult::Empty;  // nothing, or a finalize marker
-    if (!(p.header == encode_header(want.env))) return DirectResult::Other;
-    receive_payload(src, want.dest);
+    // A payload that is not packed arrives across polls (deliver): the general path.
+    const bool whole = p.packed || p.header.nbytes == 0;
+    if (!whole || !(p.header == encode_header(want.env))) return DirectResult::Other;
+    take_packed(p, want.dest);
     backoff_.reset();
     return DirectResult::Received;
   }
@@ -261,7 +284,7 @@ class MpiTransport final : public RemoteTransport {
   }
 
   void flush() override { reap(); }
-  bool inbound_in_progress(int) const override { return false; }  // payloads arrive whole
+  bool inbound_in_progress(int src) const override { return peers_[src].sink != nullptr; }
   bool inbound_pending(int src) const override {
     const Peer& p = peers_[src];
     if (p.stashed || !p.failure.empty()) return true;  // a failure: the next look throws it
@@ -274,9 +297,44 @@ class MpiTransport final : public RemoteTransport {
     if (flag) MPI_Get_count(&st, MPI_BYTE, &count);
     return count > 0;  // a finalize marker (0 bytes) is not data
   }
-  bool sends_in_flight() const override { return !inflight_.empty(); }
+  bool transfers_in_flight() const override { return !inflight_.empty() || receiving_ > 0; }
 
-  std::chrono::nanoseconds poll_interval() override { return backoff_.next(waiting_sends_ > 0); }
+  std::chrono::nanoseconds poll_interval() override {
+    if (receiving_ > 0) return PollBackoff::kMin;  // a payload moves only while we poll
+    return backoff_.next(waiting_sends_ > 0);
+  }
+
+  // The piece posted for the payload from `src` is cancelled, unless MPI matched it already
+  // (then it completes, and its bytes count, before this returns true).
+  bool release_inbound(int src) override {
+    Peer& p = peers_[src];
+    if (abandoned_ || p.sink == nullptr || p.piece == MPI_REQUEST_NULL) return true;
+    if (!p.cancelling) {
+      MPI_Cancel(&p.piece);
+      p.cancelling = true;
+    }
+    int done = 0;
+    MPI_Status st;
+    const int code = MPI_Test(&p.piece, &done, &st);
+    try {
+      if (code != MPI_SUCCESS) {
+        p.piece = MPI_REQUEST_NULL;
+        fail(p, mpi_failure(code, src, "message payload"));
+      }
+      if (done) settle_piece(p, st);
+    } catch (const PeerFailure&) {
+      // Kept (Peer::failure): the next poll throws it. MPI writes nothing more either way.
+    }
+    return done || code != MPI_SUCCESS;
+  }
+
+  void abandon_inbound(int src) override {
+    Peer& p = peers_[src];
+    if (p.sink == nullptr) return;
+    if (p.piece != MPI_REQUEST_NULL) abandoned_ = true;
+    p.sink = nullptr;
+    --receiving_;
+  }
 
   bool peer_finalized(int peer) const override { return peers_[peer].finalized; }
   void send_finalized() override {
@@ -303,6 +361,16 @@ class MpiTransport final : public RemoteTransport {
     // alone), and so does every later one, since the link to the peer is broken. Receiving
     // from it goes on.
     std::string send_failure;
+    // The payload arriving now, across polls (advance_payload): the engine's sink and the
+    // message, and the receive posted for its next piece at sink->dest + sink->received
+    // (MPI_REQUEST_NULL between pieces). While a piece is posted MPI may write into the
+    // engine's memory at any MPI call, so the engine asks release_inbound() before it moves
+    // the message. The header receive is posted again only once the payload is in.
+    InboundSink* sink = nullptr;
+    Envelope env{};
+    MPI_Request piece = MPI_REQUEST_NULL;
+    int piece_len = 0;
+    bool cancelling = false;  // MPI_Cancel was called on `piece`
   };
   struct Inflight {
     MessageHeader header{};
@@ -574,56 +642,120 @@ class MpiTransport final : public RemoteTransport {
     return -1;
   }
 
-  // Hands the engine the stashed message of `src`.
+  // Hands the engine the stashed message of `src`: a packed one whole; a larger one's payload
+  // starts arriving (advance_payload).
   void deliver(int src, InboundHandler& handler) {
-    const Envelope env = decode_header(peers_[src].header, sizeof(MessageHeader), src);
-    InboundSink* sink = handler.on_message_start(env);  // may throw: the message stays stashed
-    // A sink starts empty (the engine's on_message_start), and MPI fills it whole below.
-    receive_payload(src, sink->dest);
-    sink->landed(env.nbytes);
-    handler.on_message_complete(sink, env);
-  }
-
-  // Puts the stashed message's payload into `dest`, unstashes it and posts the source's next
-  // receive. A packed one is here already; otherwise its sender
-  // posted the payload with the header, so this receive, which returns once the bytes are
-  // here, waits only for them to cross (MPI progresses every request meanwhile).
-  void receive_payload(int src, std::byte* dest) {
     Peer& p = peers_[src];
-    const std::uint64_t nbytes = p.header.nbytes;
-    p.stashed = false;
-    --stashed_;
-    if (p.packed) {
-      if (nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader), nbytes);
-      post(p);
+    const Envelope env = decode_header(p.header, sizeof(MessageHeader), src);
+    InboundSink* sink = handler.on_message_start(env);  // may throw: the message stays stashed
+    // A sink starts empty (the engine's on_message_start).
+    if (p.packed || env.nbytes == 0) {
+      take_packed(p, sink->dest);
+      sink->landed(env.nbytes);
+      handler.on_message_complete(sink, env);
       return;
     }
-    post(p);  // the header was copied out of `staged`; the payload comes on another tag
-    const std::uint64_t piece = piece_of(nbytes);  // as its sender cut it
-    for (std::uint64_t off = 0; off < nbytes; off += piece) {
-      const auto n = static_cast<int>(std::min(piece, nbytes - off));
-      const auto corrupt = [&](const std::string& what) {
-        fail(p, "rank " + std::to_string(src) + " sent " + what + " as piece " +
-                    std::to_string(off / piece + 1) + " of the payload of a " +
-                    std::to_string(nbytes) + "-byte message over MPI, where " +
-                    std::to_string(n) + " bytes were due; the stream from it is corrupt");
-      };
-      MPI_Status st;
-      // MPI_Recv, with the CPU given away between looks (Open MPI does not: MpiSession::
-      // start): the sender's progress may need this CPU, and with nobody else to run
-      // sched_yield returns at once.
-      MPI_Request req;
-      int code = MPI_Irecv(dest + off, n, MPI_BYTE, src, kPayloadTag, comm_, &req);
-      for (int done = 0; code == MPI_SUCCESS;) {
-        code = MPI_Test(&req, &done, &st);
-        if (done) break;
-        sched_yield();
+    p.stashed = false;
+    --stashed_;
+    p.sink = sink;
+    p.env = env;
+    ++receiving_;
+    advance_payload(p, handler);
+  }
+
+  // Copies the stashed packed message's payload (none for an empty message) to `dest`,
+  // unstashes it and posts the source's next header receive.
+  void take_packed(Peer& p, std::byte* dest) {
+    p.stashed = false;
+    --stashed_;
+    if (p.header.nbytes) std::memcpy(dest, p.staged.data() + sizeof(MessageHeader), p.header.nbytes);
+    post(p);
+  }
+
+  // Moves every payload that is arriving on. Returns whether a piece landed.
+  bool advance_payloads(InboundHandler& handler) {
+    bool moved = false;
+    for (int r : remote_)
+      if (peers_[r].sink) moved |= advance_payload(peers_[r], handler);
+    return moved;
+  }
+
+  // How long one look at an arriving payload waits for its pieces before it returns (and lets
+  // the engine check its deadlines, its peers and its other work): a piece the sender posted
+  // with the header usually lands well within it.
+  static constexpr std::chrono::milliseconds kPayloadSpin{10};
+
+  // Posts the payload's pieces one after another (as its sender cut them) and waits for each,
+  // giving the CPU away between looks (the sender's progress may need it: Open MPI does not
+  // yield, MpiSession::start), for at most kPayloadSpin. The message completes when its last
+  // piece lands. Returns whether a piece landed.
+  bool advance_payload(Peer& p, InboundHandler& handler) {
+    const auto give_up = std::chrono::steady_clock::now() + kPayloadSpin;
+    bool moved = false;
+    for (;;) {
+      if (p.piece == MPI_REQUEST_NULL) {
+        if (p.sink->received == p.env.nbytes) {
+          finish_payload(p, handler);
+          return true;
+        }
+        post_piece(p);
       }
-      if (code != MPI_SUCCESS) fail(p, mpi_failure(code, src, "message payload"));
-      int count = 0;
-      MPI_Get_count(&st, MPI_BYTE, &count);
-      if (count != n) corrupt(std::to_string(count) + " bytes");
+      int done = 0;
+      MPI_Status st;
+      const int code = MPI_Test(&p.piece, &done, &st);
+      if (code != MPI_SUCCESS) {
+        p.piece = MPI_REQUEST_NULL;
+        fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
+      }
+      if (done) {
+        settle_piece(p, st);
+        moved = true;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= give_up) return moved;
+      sched_yield();
     }
+  }
+
+  void post_piece(Peer& p) {
+    const std::uint64_t at = p.sink->received;
+    p.piece_len = static_cast<int>(std::min(piece_of(p.env.nbytes), p.env.nbytes - at));
+    const int code = MPI_Irecv(p.sink->dest + at, p.piece_len, MPI_BYTE, remote_[p.slot],
+                               kPayloadTag, comm_, &p.piece);
+    if (code != MPI_SUCCESS) {
+      p.piece = MPI_REQUEST_NULL;
+      fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
+    }
+  }
+
+  // The posted piece completed with `st`: its bytes count (a cancelled one's do not: it is
+  // posted again, wherever the sink then points).
+  void settle_piece(Peer& p, const MPI_Status& st) {
+    p.piece = MPI_REQUEST_NULL;
+    if (std::exchange(p.cancelling, false)) {
+      int cancelled = 0;
+      MPI_Test_cancelled(&st, &cancelled);
+      if (cancelled) return;
+    }
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if (count != p.piece_len) {
+      const std::uint64_t piece = piece_of(p.env.nbytes);
+      fail(p, "rank " + std::to_string(remote_[p.slot]) + " sent " + std::to_string(count) +
+                  " bytes as piece " + std::to_string(p.sink->received / piece + 1) +
+                  " of the payload of a " + std::to_string(p.env.nbytes) +
+                  "-byte message over MPI, where " + std::to_string(p.piece_len) +
+                  " bytes were due; the stream from it is corrupt");
+    }
+    p.sink->landed(static_cast<std::uint64_t>(count));
+  }
+
+  void finish_payload(Peer& p, InboundHandler& handler) {
+    InboundSink* sink = std::exchange(p.sink, nullptr);
+    --receiving_;
+    post(p);
+    backoff_.reset();
+    handler.on_message_complete(sink, p.env);
   }
 
   // Frees finished sends nobody waits for (packed and empty messages, finalize markers), in
@@ -654,6 +786,8 @@ class MpiTransport final : public RemoteTransport {
   std::vector<MPI_Status> done_status_;
   std::size_t stashed_ = 0;               // peers with a stashed message
   std::size_t failed_ = 0;                // peers whose stream broke (Peer::failure)
+  std::size_t receiving_ = 0;             // peers whose payload is arriving (Peer::sink)
+  bool abandoned_ = false;                // abandon_inbound: no more MPI calls
   std::list<Inflight> inflight_;
   std::list<Inflight> spare_;             // finished slots, for reuse
   std::vector<std::optional<Slot>> sending_;  // by destination: the engine's head

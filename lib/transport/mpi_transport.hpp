@@ -97,7 +97,8 @@ class MpiSession {
 // while nothing arrives (so a sleeper never sleeps much longer than it has already waited:
 // a remote wake-up costs at most about the time spent asleep so far, and never more than
 // kMax), starts over at kMin when something arrives, and is at most kWhileSending while sends
-// are in flight (MPI moves a large message only when its sender polls). Plain data, no MPI.
+// are in flight (MPI moves a large message only when its sender polls; while a payload
+// arrives the transport asks for kMin). Plain data, no MPI.
 class PollBackoff {
  public:
   static constexpr std::chrono::nanoseconds kMin{std::chrono::microseconds(10)};
@@ -123,9 +124,9 @@ class RemoteTransport : public Transport {
  public:
   // How long a rank that waits may sleep before it polls MPI again (PollBackoff).
   virtual std::chrono::nanoseconds poll_interval() = 0;
-  // Whether sends this transport started are still in MPI's hands (only progress calls move
-  // them on: the receiver may be waiting for them).
-  virtual bool sends_in_flight() const = 0;
+  // Whether sends this transport started, or a payload it receives, are still in MPI's hands
+  // (only progress calls move them on: the other side may be waiting for them).
+  virtual bool transfers_in_flight() const = 0;
   // Peers (RoutingPeers): whether `peer` said it will send nothing more, and saying so to
   // every remote peer. A remote rank that dies ends the job through mpirun: nothing to watch.
   virtual bool peer_finalized(int peer) const = 0;

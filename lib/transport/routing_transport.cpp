@@ -59,7 +59,7 @@ bool RoutingTransport::remote_due(bool preferred_remote, bool full_scan) {
 
 void RoutingTransport::remote_looked(bool moved, bool local_wait) {
   const unsigned cap =
-      local_wait && !remote_->sends_in_flight() ? kMaxRemoteSkipLocalWait : kMaxRemoteSkip;
+      local_wait && !remote_->transfers_in_flight() ? kMaxRemoteSkipLocalWait : kMaxRemoteSkip;
   remote_skip_ = moved ? 0 : std::clamp(remote_skip_ * 2, 1u, cap);
   remote_skip_left_ = remote_skip_;
 }
@@ -124,6 +124,17 @@ bool RoutingTransport::send_some(int dst, OutboundMessage& msg) {
 void RoutingTransport::release_outbound(int dst, OutboundMessage& msg) {
   const int l = local(dst);
   if (l >= 0) local_->release_outbound(l, msg);
+}
+
+bool RoutingTransport::release_inbound(int src) {
+  const int l = local(src);
+  return l >= 0 ? local_->release_inbound(l) : remote_->release_inbound(src);
+}
+
+void RoutingTransport::abandon_inbound(int src) {
+  const int l = local(src);
+  if (l >= 0) local_->abandon_inbound(l);
+  else remote_->abandon_inbound(src);
 }
 
 void RoutingTransport::flush() {

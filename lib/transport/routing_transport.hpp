@@ -55,6 +55,8 @@ class RoutingTransport final : public Transport {
   int receive_direct_any(const Expectation& want, DirectResult& result) override;
   bool send_some(int dst, OutboundMessage& msg) override;
   void release_outbound(int dst, OutboundMessage& msg) override;
+  bool release_inbound(int src) override;
+  void abandon_inbound(int src) override;
   void flush() override;
   bool inbound_in_progress(int src) const override;
   bool inbound_pending(int src) const override;

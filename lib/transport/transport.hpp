@@ -114,6 +114,21 @@ class Transport {
     (void)dst;
     (void)msg;
   }
+  // The engine is about to move the message arriving from `src` to other memory: it will
+  // copy the sink's `received` bytes and repoint sink.dest. Returns true if the transport
+  // writes nothing more at the old dest from now on (it goes on at the new dest + received);
+  // false if bytes are on their way there that it cannot stop (MPI matched a payload's
+  // receive to them): the old dest stays in use, untouched by the engine, until a later call
+  // returns true or the message completes. A transport that writes only inside poll() (the
+  // rings) always returns true. Never waits.
+  virtual bool release_inbound(int src) {
+    (void)src;
+    return true;
+  }
+  // The memory of the message arriving from `src` goes away now, whatever release_inbound
+  // said (the engine ends): a transport that could still write into it must make sure it
+  // never does (the MPI transport stops calling MPI at all). Never waits.
+  virtual void abandon_inbound(int src) { (void)src; }
   // Makes consumed space visible to producers and wakes those waiting for it.
   virtual void flush() = 0;
   // Whether a message from `src` is partly received (its sender still owes bytes).

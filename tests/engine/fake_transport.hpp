@@ -92,6 +92,15 @@ struct FakeWire {
   // A receive with a consumer gets its bytes landed in its tensor first (as MPI does), not
   // handed over from the wire's own memory (as the rings do).
   bool land_first = false;
+
+  // As MPI once it matched a payload's piece: the bytes of the message now arriving from
+  // `src` go on landing where its sink points now, and release_inbound(src) says it cannot
+  // stop them until unpin(src). Polls check that the engine leaves the sink's dest alone.
+  void pin(int src) { pinned_dest[src] = inbound[src].front().sink->dest; }
+  void unpin(int src) { pinned_dest[src] = nullptr; }
+  std::vector<std::byte*> pinned_dest = std::vector<std::byte*>(static_cast<std::size_t>(world));
+  bool repointed_while_pinned = false;
+  std::vector<int> abandoned;  // abandon_inbound's sources, in order
 };
 
 class FakeTransport final : public transport::Transport {
@@ -147,6 +156,8 @@ class FakeTransport final : public transport::Transport {
     return moved || n > 0;  // true only if something moved: the engine spins while it does
   }
   void flush() override {}
+  bool release_inbound(int src) override { return w_->pinned_dest[src] == nullptr; }
+  void abandon_inbound(int src) override { w_->abandoned.push_back(src); }
 
   bool inbound_in_progress(int src) const override {
     return !w_->inbound[src].empty() && w_->inbound[src].front().started;
@@ -171,6 +182,8 @@ class FakeTransport final : public transport::Transport {
         moved = true;
       }
       const std::uint64_t n = std::min(available, m.bytes.size() - m.delivered);
+      if (w_->pinned_dest[src] && m.sink->dest != w_->pinned_dest[src])
+        w_->repointed_while_pinned = true;
       if (n) {
         transport::InboundSink& sink = *m.sink;
         if (sink.consumer && !w_->land_first) {

@@ -13,6 +13,11 @@
 //   desync      a 64 KiB message whose first piece is short, its second piece, then a correct
 //               64 KiB message: the stream is broken after the short piece, so nothing after
 //               it may be delivered (its bytes would be the broken message's).
+//   no_payload  the header of a 256 KiB message, and never its payload: rank 0 polls for 1.5 s
+//               and prints "POLLS_RETURNED yes" if its polls came back (the transport did not
+//               wait inside one for the payload), "IN_PROGRESS 1" if the message is still
+//               arriving, and "RELEASED 1" if release_inbound() could stop it (MPI had
+//               matched nothing to the piece's receive); then the transport ends, cancelling it.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
@@ -78,7 +83,7 @@ class Collector final : public InboundHandler {
   std::vector<std::byte> bytes_;
 };
 
-void victim(int world) {
+void victim(int world, const std::string& mode) {
   using Clock = std::chrono::steady_clock;
   auto session = MpiSession::start();
   {
@@ -86,6 +91,19 @@ void victim(int world) {
     for (int r = 1; r < world; ++r) others.push_back(r);
     auto transport = make_mpi_transport(session, others);
     Collector collector;
+    if (mode == "no_payload") {
+      const auto end = Clock::now() + std::chrono::milliseconds(1500);
+      int polls = 0;
+      while (Clock::now() < end) {
+        transport->poll(collector, -1, true);
+        ++polls;
+      }
+      std::printf("POLLS_RETURNED %s\nIN_PROGRESS %d\nRELEASED %d\n", polls > 1 ? "yes" : "no",
+                  transport->inbound_in_progress(1) ? 1 : 0, transport->release_inbound(1) ? 1 : 0);
+      transport.reset();
+      MPI_Barrier(MPI_COMM_WORLD);
+      return;
+    }
     std::set<std::string> failures;
     auto end = Clock::now() + std::chrono::seconds(30);
     bool settled = false;  // the outcome is in: from now on only the grace period
@@ -151,6 +169,8 @@ void corrupt_peer(const std::string& mode) {
   } else if (mode == "desync") {
     send_pieces(1, 65536, 1000);
     send_pieces(2, 65536, 32768);
+  } else if (mode == "no_payload") {
+    send_header(header(1, 256 << 10));
   }
   // Until MPI is done with the sends (at most 30 s): the victim's receives take what they
   // take; what they leave is dropped.
@@ -181,7 +201,8 @@ void silent_peer() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -n 2|3 %s good|long_packed|one_payload|desync\n",
+    std::fprintf(stderr,
+                 "usage: mpirun -n 2|3 %s good|long_packed|one_payload|desync|no_payload\n",
                  argv[0]);
     return 2;
   }
@@ -190,7 +211,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (rank == 0) victim(world);
+  if (rank == 0) victim(world, argv[1]);
   else if (rank == 1) corrupt_peer(argv[1]);
   else silent_peer();
   std::fflush(stdout);

@@ -215,4 +215,21 @@ BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it
   }
 }
 
+// A peer that announces a payload and never sends it: the receiving rank's polls come back
+// (so its timeouts, health checks and hang report run), the message stays in progress, MPI's
+// receive for it can be cancelled, and the rank ends normally.
+BOOST_AUTO_TEST_CASE(a_payload_that_never_comes_does_not_hold_the_receiver_inside_mpi) {
+  CommandOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+  const auto r = run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
+                              "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+                              "--timeout", "50", "-n", "2", SHMDIST_TEST_CORRUPT_PEER,
+                              "no_payload"},
+                             options);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out == "POLLS_RETURNED yes\nIN_PROGRESS 1\nRELEASED 1\n");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -131,7 +131,7 @@ class NullRemote final : public RemoteTransport {
   bool inbound_in_progress(int) const override { return false; }
   bool inbound_pending(int) const override { return false; }
   std::chrono::nanoseconds poll_interval() override { return std::chrono::microseconds(10); }
-  bool sends_in_flight() const override { return false; }
+  bool transfers_in_flight() const override { return false; }
   bool peer_finalized(int) const override { return false; }
   void send_finalized() override {}
 

@@ -57,7 +57,7 @@ class FakeRemote : public Fake<RemoteTransport> {
  public:
   using Fake::Fake;
   std::chrono::nanoseconds poll_interval() override { return std::chrono::microseconds(10); }
-  bool sends_in_flight() const override { return in_flight; }
+  bool transfers_in_flight() const override { return in_flight; }
   bool peer_finalized(int) const override { return false; }
   void send_finalized() override {}
   bool send_some(int, OutboundMessage& msg) override {
