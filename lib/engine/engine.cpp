@@ -186,7 +186,6 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
   }
   if (!done) {
     (this->*withdraw)(op);
-    if (!op.pending()) return;  // it completed while it was withdrawn (settle_inbound)
     waiter_.throw_timeout(focus, timeout_);
   }
 }

@@ -2,6 +2,8 @@
 // arrives: to the first posted receive that matches it (posting order), or to the unexpected
 // list (arrival order) until a receive claims it, even while it is still streaming in.
 
+#include <sched.h>
+
 #include <utility>
 #include <cstring>
 #include <new>
@@ -208,7 +210,6 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
 // streaming into it, the message goes back to being unexpected (or to the next posted
 // receive that matches), so that no byte and no ordering is lost. Only Engine::recv
 // withdraws, and its receive has no consumer (a consumer's bytes could not be put back).
-// If the message completes meanwhile (settle_inbound), the receive has it after all.
 void Engine::withdraw_receive(Operation& op) {
   if (op.posted_hook.is_linked()) {
     posted_.erase(posted_.iterator_to(op));
@@ -216,7 +217,7 @@ void Engine::withdraw_receive(Operation& op) {
   }
   for (Inflight& f : inflight_) {
     if (f.receiver != &op) continue;
-    if (!op.staging && !settle_inbound(f, op)) return;  // the message completed into it
+    if (!op.staging) settle_inbound(f);
     Unexpected u;
     u.env = f.env;
     u.seq = f.seq;
@@ -241,42 +242,40 @@ void Engine::withdraw_receive(Operation& op) {
 // The caller's memory (the tensor of a receive that gives up) is about to go: wait until the
 // transport writes nothing more into it. Only MPI may be unable to stop at once (it matched
 // a payload's piece to the memory, and the piece lands when its sender pushes it), so this
-// waits for that piece, progressing everything meanwhile, for at most one more timeout. Past
-// that (or if the wait fails) the transport is told to stop for good, which for MPI means
-// this rank's link to other hosts is lost, and the receive raises PeerFailure naming the
-// sender. Returns false if the message completed meanwhile (`op` has it).
-bool Engine::settle_inbound(Inflight& f, Operation& op) {
+// asks again, for at most one more timeout: each ask looks at that piece alone (it is not a
+// poll: no other message moves, no peer's failure interrupts it, and the message cannot
+// complete into `op` meanwhile). Past that the transport is told to stop for good, which for
+// MPI means this rank's link to other hosts is lost, and the receive raises PeerFailure
+// naming the sender; the message stays unfinished and nothing refers to `op` any more.
+void Engine::settle_inbound(Inflight& f) {
   const int src = f.env.src;
-  if (transport_->release_inbound(src)) return true;
-  const WaitFocus focus{kBlockedRecv, src, nullptr, op.key, op.view.nbytes};
-  // The message stays where it is, unfinished for good: nothing refers to `op` any more.
-  const auto let_go = [&] {
-    transport_->abandon_inbound(src);
-    f.receiver = nullptr;
-  };
-  bool settled = false;
-  try {
-    settled = block_until(
-        [&] { return f.receiver != &op || transport_->release_inbound(src); }, focus, timeout_);
-  } catch (...) {
-    if (f.receiver == &op) let_go();
-    throw;
+  if (transport_->release_inbound(src)) return;
+  const auto deadline = Clock::now() + timeout_;
+  while (!transport_->release_inbound(src)) {
+    if (Clock::now() >= deadline) {
+      transport_->abandon_inbound(src);
+      f.receiver = nullptr;
+      throw PeerFailure(
+          "rank " + std::to_string(src) + " stopped sending a " + std::to_string(f.env.nbytes) +
+          "-byte message midway: its receive on rank " + std::to_string(rank_) +
+          " gave up, and the transfer into the receive's memory did not finish within the "
+          "timeout after that; this rank stopped using MPI, so the ranks on other hosts cannot "
+          "be reached from it. A sender must keep calling into shmdist (a wait, a test) while "
+          "a large message of its leaves");
+    }
+    sched_yield();  // the sender may need this CPU to push the piece
   }
-  if (f.receiver != &op) return false;
-  if (settled) return true;
-  let_go();
-  throw PeerFailure("rank " + std::to_string(src) + " stopped sending a " +
-                    std::to_string(f.env.nbytes) + "-byte message midway: its receive on rank " +
-                    std::to_string(rank_) + " gave up, and its sender's transfer into the "
-                    "receive's memory did not finish within the timeout after that; this rank "
-                    "stopped using MPI, so the ranks on other hosts cannot be reached from it. "
-                    "A sender must keep calling into shmdist (a wait, a test) while a large "
-                    "message of its leaves");
 }
 
 void Engine::finish_receive(Operation& op, const transport::Envelope& env) {
   if (op.staging) {
-    convert_elements(op.staging.get(), env.dtype, op.view.data, op.view.dtype, env.numel);
+    // Staged for another dtype (converted), or because the transport could not move the
+    // message out of its unexpected buffer (claim_inflight: copied, as bytes for any_size).
+    if (op.any_size || op.view.dtype == env.dtype) {
+      if (env.nbytes) std::memcpy(op.view.data, op.staging.get(), env.nbytes);
+    } else {
+      convert_elements(op.staging.get(), env.dtype, op.view.data, op.view.dtype, env.numel);
+    }
     op.staging.reset();
     consume(op, op.view.data, 0, op.view.nbytes);
   }

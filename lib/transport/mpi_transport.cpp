@@ -239,6 +239,7 @@ class MpiTransport final : public RemoteTransport {
   }
 
   DirectResult receive_direct(int src, const Expectation& want) override {
+    if (abandoned_) return DirectResult::Empty;
     Peer& p = peers_[src];
     if (!p.failure.empty()) throw PeerFailure(p.failure);
     if (p.sink) return DirectResult::Other;  // a payload is arriving: poll() goes on with it
@@ -253,6 +254,8 @@ class MpiTransport final : public RemoteTransport {
   }
 
   int receive_direct_any(const Expectation& want, DirectResult& result) override {
+    result = DirectResult::Empty;
+    if (abandoned_) return -1;
     rethrow_failure();
     for (int i = 0; i < 4; ++i) {
       int src = next_stashed();
@@ -267,6 +270,13 @@ class MpiTransport final : public RemoteTransport {
   }
 
   bool send_some(int dst, OutboundMessage& msg) override {
+    if (abandoned_ && !msg.done()) {  // no more MPI calls: the send fails
+      msg.started = true;
+      msg.next += msg.env.nbytes - msg.sent;
+      msg.sent = msg.env.nbytes;
+      msg.failure = &abandon_text_;
+      return true;
+    }
     if (!msg.started) return start_send(dst, msg);
     auto& head = sending_[dst];
     if (!head) return false;
@@ -283,11 +293,14 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  void flush() override { reap(); }
+  void flush() override {
+    if (!abandoned_) reap();
+  }
   bool inbound_in_progress(int src) const override { return peers_[src].sink != nullptr; }
   bool inbound_pending(int src) const override {
     const Peer& p = peers_[src];
     if (p.stashed || !p.failure.empty()) return true;  // a failure: the next look throws it
+    if (abandoned_) return false;
     if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     // Whether the posted receive completed, without completing it (the request stays ours).
     int flag = 0;
@@ -316,28 +329,34 @@ class MpiTransport final : public RemoteTransport {
     int done = 0;
     MPI_Status st;
     const int code = MPI_Test(&p.piece, &done, &st);
-    try {
-      if (code != MPI_SUCCESS) {
-        p.piece = MPI_REQUEST_NULL;
-        fail(p, mpi_failure(code, src, "message payload"));
-      }
-      if (done) settle_piece(p, st);
-    } catch (const PeerFailure&) {
-      // Kept (Peer::failure): the next poll throws it. MPI writes nothing more either way.
+    if (code != MPI_SUCCESS) {  // released only if MPI completed (and freed) the request
+      mark_failed(p, mpi_failure(code, src, "message payload"));
+      return p.piece == MPI_REQUEST_NULL;
     }
-    return done || code != MPI_SUCCESS;
+    if (!done) return false;
+    try {
+      settle_piece(p, st);
+    } catch (const PeerFailure&) {
+      // Kept (Peer::failure): the next poll throws it. The piece is complete either way.
+    }
+    return true;
   }
 
   void abandon_inbound(int src) override {
     Peer& p = peers_[src];
     if (p.sink == nullptr) return;
-    if (p.piece != MPI_REQUEST_NULL) abandoned_ = true;
-    p.sink = nullptr;
-    --receiving_;
+    if (p.piece != MPI_REQUEST_NULL) {
+      abandoned_ = true;
+      abandon_text_ = "this rank stopped using MPI: MPI could still write a message from rank " +
+                      std::to_string(src) + " into memory that was given back (its receive gave "
+                      "up); the ranks on other hosts cannot be reached from it";
+    }
+    end_payload(p);
   }
 
   bool peer_finalized(int peer) const override { return peers_[peer].finalized; }
   void send_finalized() override {
+    if (abandoned_) return;
     for (int peer : remote_) {
       Inflight& f = new_slot();
       f.dst = peer;
@@ -433,11 +452,21 @@ class MpiTransport final : public RemoteTransport {
     if (why.empty()) why = mpi_failure(code, dst, "message");
   }
 
-  // Records why the stream from `p` broke (the first reason stays).
+  // Records why the stream from `p` broke (the first reason stays). A payload that was
+  // arriving is over, unless a piece's receive is still posted (the engine may still ask to
+  // release it, and then abandons it).
   void mark_failed(Peer& p, std::string why) {
+    if (p.sink && p.piece == MPI_REQUEST_NULL) end_payload(p);
     if (!p.failure.empty()) return;
     p.failure = std::move(why);
     ++failed_;
+  }
+
+  // The payload arriving from `p` is no longer this transport's to move.
+  void end_payload(Peer& p) {
+    if (p.sink == nullptr) return;
+    p.sink = nullptr;
+    --receiving_;
   }
   [[noreturn]] void fail(Peer& p, std::string why) {
     mark_failed(p, std::move(why));
@@ -703,10 +732,9 @@ class MpiTransport final : public RemoteTransport {
       int done = 0;
       MPI_Status st;
       const int code = MPI_Test(&p.piece, &done, &st);
-      if (code != MPI_SUCCESS) {
-        p.piece = MPI_REQUEST_NULL;
-        fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
-      }
+      // A request MPI completed with an error is freed (MPI_REQUEST_NULL); one it did not
+      // stays posted, and release_inbound says so to the engine.
+      if (code != MPI_SUCCESS) fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
       if (done) {
         settle_piece(p, st);
         moved = true;
@@ -751,8 +779,8 @@ class MpiTransport final : public RemoteTransport {
   }
 
   void finish_payload(Peer& p, InboundHandler& handler) {
-    InboundSink* sink = std::exchange(p.sink, nullptr);
-    --receiving_;
+    InboundSink* sink = p.sink;
+    end_payload(p);
     post(p);
     backoff_.reset();
     handler.on_message_complete(sink, p.env);
@@ -788,6 +816,7 @@ class MpiTransport final : public RemoteTransport {
   std::size_t failed_ = 0;                // peers whose stream broke (Peer::failure)
   std::size_t receiving_ = 0;             // peers whose payload is arriving (Peer::sink)
   bool abandoned_ = false;                // abandon_inbound: no more MPI calls
+  std::string abandon_text_;              // why, for the sends that fail from then on
   std::list<Inflight> inflight_;
   std::list<Inflight> spare_;             // finished slots, for reuse
   std::vector<std::optional<Slot>> sending_;  // by destination: the engine's head

@@ -100,6 +100,9 @@ struct FakeWire {
   void unpin(int src) { pinned_dest[src] = nullptr; }
   std::vector<std::byte*> pinned_dest = std::vector<std::byte*>(static_cast<std::size_t>(world));
   bool repointed_while_pinned = false;
+  // Called at every release_inbound(src) before it answers (the moment MPI would look at the
+  // pinned piece): lets a test unpin it, as MPI completing the piece would.
+  std::function<void(int src)> on_release;
   std::vector<int> abandoned;  // abandon_inbound's sources, in order
 };
 
@@ -156,7 +159,10 @@ class FakeTransport final : public transport::Transport {
     return moved || n > 0;  // true only if something moved: the engine spins while it does
   }
   void flush() override {}
-  bool release_inbound(int src) override { return w_->pinned_dest[src] == nullptr; }
+  bool release_inbound(int src) override {
+    if (w_->on_release) w_->on_release(src);
+    return w_->pinned_dest[src] == nullptr;
+  }
   void abandon_inbound(int src) override { w_->abandoned.push_back(src); }
 
   bool inbound_in_progress(int src) const override {
