@@ -53,10 +53,9 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
   }
   for (std::size_t src = 0; src < inflight_.size(); ++src) {
     Inflight& f = inflight_[src];
-    // The memory a message streams into goes away with its receiver or with the engine: a
-    // transport that cannot stop writing into it at once (MPI) must stop for good.
-    if ((f.receiver || f.unexpected) && !transport_->release_inbound(static_cast<int>(src)))
-      transport_->abandon_inbound(static_cast<int>(src));
+    // The memory a message streams into goes away with its receiver or with the engine: the
+    // transport gives the message up, and keeps that memory while it might still write there.
+    if (f.receiver || f.unexpected) transport_->abandon_inbound(static_cast<int>(src), memory_of(f));
     if (Operation* op = std::exchange(f.receiver, nullptr)) fail_operation(*op, error);
     f.sink.consumer = nullptr;  // its owner (a schedule) is abandoned below
   }
@@ -70,6 +69,16 @@ std::size_t Engine::fail_all_pending(std::exception_ptr error) {
   for (auto& task : std::exchange(tasks_, {})) task->abandon(error);
   wake_sleepers();  // another thread's wait may be among them
   return sends;
+}
+
+// What owns the memory the message from `f`'s source streams into: its receive's tensor or
+// staging buffer, or its unexpected buffer (taken: only a message nobody will receive any
+// more is asked about).
+std::shared_ptr<void> Engine::memory_of(Inflight& f) {
+  if (f.unexpected) return std::shared_ptr<void>(std::move(f.unexpected->buffer));
+  Operation& op = *f.receiver;
+  if (op.staging) return std::shared_ptr<void>(std::move(op.staging));
+  return op.any_size ? op.keep.storage_handle() : op.hold;
 }
 
 void Engine::finish_operation(Operation& op) {
@@ -244,9 +253,12 @@ int Engine::recv(Tensor& tensor, int src, const MatchKey& key, const std::vector
   op.set_view(tensor);
   op.any_size = any_size;
   post_receive(op);
-  if (op.pending())
+  if (op.pending()) {
+    // Kept only should the receive give its message up while MPI writes into the tensor.
+    op.hold = tensor.storage_handle();
     await_blocking(op, {blocked_as, src, &candidates, key, tensor.nbytes()},
                    &Engine::withdraw_receive);
+  }
   if (op.status == Operation::Status::Failed) std::rethrow_exception(op.error);
   if (any_size) tensor = op.keep;
   return op.source;

@@ -169,7 +169,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void deliver(Operation& op, Unexpected& u);
   void claim_inflight(Operation& op, Unexpected& u);
   void withdraw_receive(Operation& op);
-  void settle_inbound(Inflight& f);
+  void settle_inbound(Inflight& f, Operation& op);
+  std::shared_ptr<void> memory_of(Inflight& f);
   void finish_receive(Operation& op, const transport::Envelope& env);
   std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
   void erase_unexpected(std::list<Unexpected>::iterator it);

@@ -217,7 +217,7 @@ void Engine::withdraw_receive(Operation& op) {
   }
   for (Inflight& f : inflight_) {
     if (f.receiver != &op) continue;
-    if (!op.staging) settle_inbound(f);
+    if (!op.staging) settle_inbound(f, op);
     Unexpected u;
     u.env = f.env;
     u.seq = f.seq;
@@ -244,24 +244,26 @@ void Engine::withdraw_receive(Operation& op) {
 // a payload's piece to the memory, and the piece lands when its sender pushes it), so this
 // asks again, for at most one more timeout: each ask looks at that piece alone (it is not a
 // poll: no other message moves, no peer's failure interrupts it, and the message cannot
-// complete into `op` meanwhile). Past that the transport is told to stop for good, which for
-// MPI means this rank's link to other hosts is lost, and the receive raises PeerFailure
-// naming the sender; the message stays unfinished and nothing refers to `op` any more.
-void Engine::settle_inbound(Inflight& f) {
+// complete into `op` meanwhile). Past that the message is given up (abandon_inbound, which
+// keeps the tensor's memory alive while MPI may write into it, and breaks the stream from
+// the sender), and the receive raises PeerFailure naming the sender; nothing refers to `op`
+// any more.
+void Engine::settle_inbound(Inflight& f, Operation& op) {
   const int src = f.env.src;
   if (transport_->release_inbound(src)) return;
   const auto deadline = Clock::now() + timeout_;
   while (!transport_->release_inbound(src)) {
     if (Clock::now() >= deadline) {
-      transport_->abandon_inbound(src);
+      transport_->abandon_inbound(src, op.any_size ? op.keep.storage_handle() : op.hold);
       f.receiver = nullptr;
       throw PeerFailure(
           "rank " + std::to_string(src) + " stopped sending a " + std::to_string(f.env.nbytes) +
           "-byte message midway: its receive on rank " + std::to_string(rank_) +
-          " gave up, and the transfer into the receive's memory did not finish within the "
-          "timeout after that; this rank stopped using MPI, so the ranks on other hosts cannot "
-          "be reached from it. A sender must keep calling into shmdist (a wait, a test) while "
-          "a large message of its leaves");
+          " gave up, and the transfer into the receive's tensor did not finish within the "
+          "timeout after that. MPI may still write the rest into that tensor (its memory is "
+          "kept): do not rely on its contents. Nothing more is received from rank " +
+          std::to_string(src) + ". A sender must keep calling into shmdist (a wait, a test) "
+          "while a large message of its leaves");
     }
     sched_yield();  // the sender may need this CPU to push the piece
   }

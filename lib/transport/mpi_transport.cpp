@@ -168,22 +168,20 @@ class MpiTransport final : public RemoteTransport {
   }
 
   ~MpiTransport() override {
-    // The engine let memory go that MPI may still write into (abandon_inbound): no more MPI
-    // calls from this rank, since any of them may progress that receive.
-    if (abandoned_) {
-      session_->abandon();
-      return;
-    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    // Payload receives still posted first (a message whose sender stopped midway): cancelled,
-    // or, once MPI has matched one, waited for.
-    for (int r : remote_) {
-      MPI_Request& piece = peers_[r].piece;
+    // Payload receives still posted first (a message whose sender stopped midway, abandoned
+    // ones): cancelled, or, once MPI has matched one, waited for. Past the deadline MPI is
+    // left as it is, not finalized; the memory of abandoned ones stays parked.
+    for (int r : remote_)
+      if (peers_[r].piece != MPI_REQUEST_NULL) abandoned_pieces_.push_back(peers_[r].piece);
+    for (MPI_Request& piece : abandoned_pieces_) {
       if (piece == MPI_REQUEST_NULL) continue;
       MPI_Cancel(&piece);
       for (int flag = 0;;) {
-        MPI_Test(&piece, &flag, MPI_STATUS_IGNORE);
-        if (flag) break;
+        if (MPI_Test(&piece, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS && flag &&
+            piece != MPI_REQUEST_NULL)
+          MPI_Request_free(&piece);  // Open MPI keeps a request that completed with an error
+        if (flag || piece == MPI_REQUEST_NULL) break;
         if (!wait_a_little(deadline)) return;
       }
     }
@@ -218,7 +216,6 @@ class MpiTransport final : public RemoteTransport {
   // preferred source is served first, then stashed messages in rotation. MPI is looked at
   // again only while looks deliver, up to kMessagesPerPoll messages.
   bool poll(InboundHandler& handler, int preferred, bool /*full_scan*/) override {
-    if (abandoned_) return false;
     rethrow_failure();
     reap();
     bool moved = receiving_ > 0 && advance_payloads(handler);
@@ -239,7 +236,6 @@ class MpiTransport final : public RemoteTransport {
   }
 
   DirectResult receive_direct(int src, const Expectation& want) override {
-    if (abandoned_) return DirectResult::Empty;
     Peer& p = peers_[src];
     if (!p.failure.empty()) throw PeerFailure(p.failure);
     if (p.sink) return DirectResult::Other;  // a payload is arriving: poll() goes on with it
@@ -254,8 +250,6 @@ class MpiTransport final : public RemoteTransport {
   }
 
   int receive_direct_any(const Expectation& want, DirectResult& result) override {
-    result = DirectResult::Empty;
-    if (abandoned_) return -1;
     rethrow_failure();
     for (int i = 0; i < 4; ++i) {
       int src = next_stashed();
@@ -270,13 +264,6 @@ class MpiTransport final : public RemoteTransport {
   }
 
   bool send_some(int dst, OutboundMessage& msg) override {
-    if (abandoned_ && !msg.done()) {  // no more MPI calls: the send fails
-      msg.started = true;
-      msg.next += msg.env.nbytes - msg.sent;
-      msg.sent = msg.env.nbytes;
-      msg.failure = &abandon_text_;
-      return true;
-    }
     if (!msg.started) return start_send(dst, msg);
     auto& head = sending_[dst];
     if (!head) return false;
@@ -293,14 +280,11 @@ class MpiTransport final : public RemoteTransport {
     return true;
   }
 
-  void flush() override {
-    if (!abandoned_) reap();
-  }
+  void flush() override { reap(); }
   bool inbound_in_progress(int src) const override { return peers_[src].sink != nullptr; }
   bool inbound_pending(int src) const override {
     const Peer& p = peers_[src];
     if (p.stashed || !p.failure.empty()) return true;  // a failure: the next look throws it
-    if (abandoned_) return false;
     if (p.slot < 0 || posted_[p.slot] == MPI_REQUEST_NULL) return false;
     // Whether the posted receive completed, without completing it (the request stays ours).
     int flag = 0;
@@ -321,7 +305,7 @@ class MpiTransport final : public RemoteTransport {
   // (then it completes, and its bytes count, before this returns true).
   bool release_inbound(int src) override {
     Peer& p = peers_[src];
-    if (abandoned_ || p.sink == nullptr || p.piece == MPI_REQUEST_NULL) return true;
+    if (p.sink == nullptr || p.piece == MPI_REQUEST_NULL) return true;
     if (!p.cancelling) {
       MPI_Cancel(&p.piece);
       p.cancelling = true;
@@ -329,34 +313,40 @@ class MpiTransport final : public RemoteTransport {
     int done = 0;
     MPI_Status st;
     const int code = MPI_Test(&p.piece, &done, &st);
-    if (code != MPI_SUCCESS) {  // released only if MPI completed (and freed) the request
-      mark_failed(p, mpi_failure(code, src, "message payload"));
-      return p.piece == MPI_REQUEST_NULL;
-    }
-    if (!done) return false;
     try {
-      settle_piece(p, st);
+      if (code != MPI_SUCCESS) piece_failed(p, code, done);
+      else if (done) settle_piece(p, st);
     } catch (const PeerFailure&) {
-      // Kept (Peer::failure): the next poll throws it. The piece is complete either way.
+      // Kept (Peer::failure): the next poll throws it.
     }
-    return true;
+    return p.piece == MPI_REQUEST_NULL;
   }
 
-  void abandon_inbound(int src) override {
+  // A piece MPI may still write into (it matched it) stays posted, and its memory is kept
+  // for the life of the process (MPI may progress it at any MPI call, the program's own and
+  // MPI_Finalize included); the stream from `src` is broken, since the rest of the message
+  // would otherwise be taken for the next one.
+  void abandon_inbound(int src, std::shared_ptr<void> memory) override {
     Peer& p = peers_[src];
     if (p.sink == nullptr) return;
-    if (p.piece != MPI_REQUEST_NULL) {
-      abandoned_ = true;
-      abandon_text_ = "this rank stopped using MPI: MPI could still write a message from rank " +
-                      std::to_string(src) + " into memory that was given back (its receive gave "
-                      "up); the ranks on other hosts cannot be reached from it";
+    if (!release_inbound(src)) {
+      static auto* const parked = new std::vector<std::shared_ptr<void>>();  // never freed
+      if (memory) parked->push_back(std::move(memory));
+      abandoned_pieces_.push_back(std::exchange(p.piece, MPI_REQUEST_NULL));
     }
+    if (p.sink == nullptr) return;  // the release found the stream broken: it is over already
+    const bool whole = p.sink->received == p.env.nbytes;
     end_payload(p);
+    if (whole) post(p);  // though never handed over: the stream goes on
+    else
+      mark_failed(p, "a " + std::to_string(p.env.nbytes) + "-byte message from rank " +
+                         std::to_string(src) + " was given up midway (its receive gave up on "
+                         "it, or the process group ended); the stream from rank " +
+                         std::to_string(src) + " cannot go on after it");
   }
 
   bool peer_finalized(int peer) const override { return peers_[peer].finalized; }
   void send_finalized() override {
-    if (abandoned_) return;
     for (int peer : remote_) {
       Inflight& f = new_slot();
       f.dst = peer;
@@ -732,9 +722,10 @@ class MpiTransport final : public RemoteTransport {
       int done = 0;
       MPI_Status st;
       const int code = MPI_Test(&p.piece, &done, &st);
-      // A request MPI completed with an error is freed (MPI_REQUEST_NULL); one it did not
-      // stays posted, and release_inbound says so to the engine.
-      if (code != MPI_SUCCESS) fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
+      if (code != MPI_SUCCESS) {
+        piece_failed(p, code, done);
+        throw PeerFailure(p.failure);
+      }
       if (done) {
         settle_piece(p, st);
         moved = true;
@@ -754,6 +745,15 @@ class MpiTransport final : public RemoteTransport {
       p.piece = MPI_REQUEST_NULL;
       fail(p, mpi_failure(code, remote_[p.slot], "message payload"));
     }
+  }
+
+  // MPI_Test failed on the posted piece: the stream is broken. A request MPI completed is
+  // freed (Open MPI keeps a failed request allocated); one it did not stays posted, and
+  // release_inbound says so to the engine.
+  void piece_failed(Peer& p, int code, int done) {
+    if (done && p.piece != MPI_REQUEST_NULL) MPI_Request_free(&p.piece);
+    if (done) p.piece = MPI_REQUEST_NULL;
+    mark_failed(p, mpi_failure(code, remote_[p.slot], "message payload"));
   }
 
   // The posted piece completed with `st`: its bytes count (a cancelled one's do not: it is
@@ -815,8 +815,7 @@ class MpiTransport final : public RemoteTransport {
   std::size_t stashed_ = 0;               // peers with a stashed message
   std::size_t failed_ = 0;                // peers whose stream broke (Peer::failure)
   std::size_t receiving_ = 0;             // peers whose payload is arriving (Peer::sink)
-  bool abandoned_ = false;                // abandon_inbound: no more MPI calls
-  std::string abandon_text_;              // why, for the sends that fail from then on
+  std::vector<MPI_Request> abandoned_pieces_;  // abandon_inbound's (their memory is parked)
   std::list<Inflight> inflight_;
   std::list<Inflight> spare_;             // finished slots, for reuse
   std::vector<std::optional<Slot>> sending_;  // by destination: the engine's head

@@ -131,10 +131,10 @@ bool RoutingTransport::release_inbound(int src) {
   return l >= 0 ? local_->release_inbound(l) : remote_->release_inbound(src);
 }
 
-void RoutingTransport::abandon_inbound(int src) {
+void RoutingTransport::abandon_inbound(int src, std::shared_ptr<void> memory) {
   const int l = local(src);
-  if (l >= 0) local_->abandon_inbound(l);
-  else remote_->abandon_inbound(src);
+  if (l >= 0) local_->abandon_inbound(l, std::move(memory));
+  else remote_->abandon_inbound(src, std::move(memory));
 }
 
 void RoutingTransport::flush() {

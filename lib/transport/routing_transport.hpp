@@ -56,7 +56,7 @@ class RoutingTransport final : public Transport {
   bool send_some(int dst, OutboundMessage& msg) override;
   void release_outbound(int dst, OutboundMessage& msg) override;
   bool release_inbound(int src) override;
-  void abandon_inbound(int src) override;
+  void abandon_inbound(int src, std::shared_ptr<void> memory) override;
   void flush() override;
   bool inbound_in_progress(int src) const override;
   bool inbound_pending(int src) const override;

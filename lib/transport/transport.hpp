@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -125,10 +126,15 @@ class Transport {
     (void)src;
     return true;
   }
-  // The memory of the message arriving from `src` goes away now, whatever release_inbound
-  // said (the engine ends): a transport that could still write into it must make sure it
-  // never does (the MPI transport stops calling MPI at all). Never waits.
-  virtual void abandon_inbound(int src) { (void)src; }
+  // The engine gives up the message arriving from `src` (it ends, or a receive's wait for
+  // release_inbound ran out): the transport forgets the message, and the stream from `src` is
+  // broken from then on if it was mid-message. `memory` owns what sink.dest points into (may
+  // be null): a transport that might still write there (MPI, a matched piece) keeps it alive
+  // for as long as it might, so that no write lands in freed memory. Never waits.
+  virtual void abandon_inbound(int src, std::shared_ptr<void> memory) {
+    (void)src;
+    (void)memory;
+  }
   // Makes consumed space visible to producers and wakes those waiting for it.
   virtual void flush() = 0;
   // Whether a message from `src` is partly received (its sender still owes bytes).

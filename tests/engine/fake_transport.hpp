@@ -104,6 +104,7 @@ struct FakeWire {
   // pinned piece): lets a test unpin it, as MPI completing the piece would.
   std::function<void(int src)> on_release;
   std::vector<int> abandoned;  // abandon_inbound's sources, in order
+  std::vector<std::shared_ptr<void>> kept;  // ... and the memory each gave (kept alive)
 };
 
 class FakeTransport final : public transport::Transport {
@@ -163,7 +164,10 @@ class FakeTransport final : public transport::Transport {
     if (w_->on_release) w_->on_release(src);
     return w_->pinned_dest[src] == nullptr;
   }
-  void abandon_inbound(int src) override { w_->abandoned.push_back(src); }
+  void abandon_inbound(int src, std::shared_ptr<void> memory) override {
+    w_->abandoned.push_back(src);
+    w_->kept.push_back(std::move(memory));
+  }
 
   bool inbound_in_progress(int src) const override {
     return !w_->inbound[src].empty() && w_->inbound[src].front().started;

@@ -2,7 +2,8 @@
 // 3 ranks under mpirun (test_across_hosts.cpp). Rank 0 polls an MpiTransport to every other
 // rank until it has both of "good"'s messages or a failure, then half a second more (at most
 // 30 s in all), and prints what it got: "PEERFAILURE <text>" once per distinct failure, "GOT tag
-// T nbytes N bad B" per delivered message (B: bytes that differ from what rank 1 sent). Rank 2,
+// T nbytes N bad B" per delivered message (B: bytes that differ from what rank 1 sent), then
+// "END IN_PROGRESS 0 RELEASED 1" if no message from rank 1 is left arriving. Rank 2,
 // if there, sends nothing (so rank 0 looks at two peers at once, MPI_Testsome's path). Rank 1
 // writes on the transport's communicator by hand, as a corrupt peer or another build would:
 //   good        a pieced message (64 KiB: header, then two pieces) and a packed one (100 B);
@@ -18,6 +19,12 @@
 //               wait inside one for the payload), "IN_PROGRESS 1" if the message is still
 //               arriving, and "RELEASED 1" if release_inbound() could stop it (MPI had
 //               matched nothing to the piece's receive); then the transport ends, cancelling it.
+//   stalled     an honest sender that stops calling MPI midway: after a barrier (connections
+//               up), a 256 KiB message (its payload one rendezvous message), then 3 s without
+//               a call into MPI. Rank 0 polls for 1.5 s, prints "IN_PROGRESS 1" and "RELEASED
+//               0" (MPI matched the piece: it cannot be cancelled), gives the message up
+//               (abandon_inbound) and prints the PeerFailure its next poll raises; its
+//               transport's end then waits for the piece, which lands when rank 1 goes on.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
@@ -91,15 +98,28 @@ void victim(int world, const std::string& mode) {
     for (int r = 1; r < world; ++r) others.push_back(r);
     auto transport = make_mpi_transport(session, others);
     Collector collector;
-    if (mode == "no_payload") {
+    if (mode == "stalled") MPI_Barrier(MPI_COMM_WORLD);
+    if (mode == "no_payload" || mode == "stalled") {
       const auto end = Clock::now() + std::chrono::milliseconds(1500);
       int polls = 0;
       while (Clock::now() < end) {
         transport->poll(collector, -1, true);
         ++polls;
       }
-      std::printf("POLLS_RETURNED %s\nIN_PROGRESS %d\nRELEASED %d\n", polls > 1 ? "yes" : "no",
-                  transport->inbound_in_progress(1) ? 1 : 0, transport->release_inbound(1) ? 1 : 0);
+      std::printf("POLLS_RETURNED %s\nIN_PROGRESS %d\n", polls > 1 ? "yes" : "no",
+                  transport->inbound_in_progress(1) ? 1 : 0);
+      const bool released = transport->release_inbound(1);
+      std::printf("RELEASED %d\n", released ? 1 : 0);
+      if (mode == "stalled") {
+        transport->abandon_inbound(1, nullptr);  // the collector outlives the transport
+        try {
+          transport->poll(collector, -1, true);
+          std::printf("NO FAILURE\n");
+        } catch (const PeerFailure& e) {
+          std::printf("PEERFAILURE %s\n", e.what());
+        }
+      }
+      std::fflush(stdout);
       transport.reset();
       MPI_Barrier(MPI_COMM_WORLD);
       return;
@@ -120,6 +140,9 @@ void victim(int world, const std::string& mode) {
       }
       if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    // Nothing from rank 1 is left arriving, whatever became of its messages.
+    std::printf("END IN_PROGRESS %d RELEASED %d\n", transport->inbound_in_progress(1) ? 1 : 0,
+                transport->release_inbound(1) ? 1 : 0);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -171,6 +194,11 @@ void corrupt_peer(const std::string& mode) {
     send_pieces(2, 65536, 32768);
   } else if (mode == "no_payload") {
     send_header(header(1, 256 << 10));
+  } else if (mode == "stalled") {
+    MPI_Barrier(MPI_COMM_WORLD);
+    send_header(header(1, 256 << 10));
+    send(payload(256 << 10, 1), kPayloadTag);
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // no MPI call meanwhile
   }
   // Until MPI is done with the sends (at most 30 s): the victim's receives take what they
   // take; what they leave is dropped.
@@ -202,7 +230,8 @@ void silent_peer() {
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr,
-                 "usage: mpirun -n 2|3 %s good|long_packed|one_payload|desync|no_payload\n",
+                 "usage: mpirun -n 2|3 %s good|long_packed|one_payload|desync|no_payload|"
+                 "stalled\n",
                  argv[0]);
     return 2;
   }

@@ -192,7 +192,8 @@ BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it
   };
   const auto good = run("good");
   BOOST_TEST(good.exit_code == 0, good.err);
-  BOOST_TEST(good.out == "GOT tag 1 nbytes 65536 bad 0\nGOT tag 2 nbytes 100 bad 0\n");
+  BOOST_TEST(good.out == "GOT tag 1 nbytes 65536 bad 0\nGOT tag 2 nbytes 100 bad 0\n"
+                         "END IN_PROGRESS 0 RELEASED 1\n");
   // The last case has a third, silent rank: the receiver then looks at two peers at once.
   const std::vector<std::tuple<std::string, std::string, int>> cases = {
       {"long_packed", "is it running another build of shmdist?", 2},
@@ -209,8 +210,10 @@ BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it
       BOOST_TEST(r.out.find("rank 1") != std::string::npos);
       BOOST_TEST(r.out.find(says) != std::string::npos);
       BOOST_TEST(r.out.find("GOT") == std::string::npos);
-      // One failure, thrown again at every later look: a single line.
-      BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+      // One failure, thrown again at every later look: a single line; and the broken message
+      // is over (its payload's receive, if one was posted, freed).
+      BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') == 2);
+      BOOST_TEST(r.out.find("\nEND IN_PROGRESS 0 RELEASED 1\n") != std::string::npos);
     }
   }
 }
@@ -230,6 +233,28 @@ BOOST_AUTO_TEST_CASE(a_payload_that_never_comes_does_not_hold_the_receiver_insid
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.exit_code == 0, r.err);
   BOOST_TEST(r.out == "POLLS_RETURNED yes\nIN_PROGRESS 1\nRELEASED 1\n");
+}
+
+// An honest sender that stops calling MPI midway through a large message: the receiving
+// rank's polls come back, MPI's receive for the payload cannot be cancelled once matched (so
+// the engine is told it cannot move the message), giving it up breaks the stream from that
+// rank (a PeerFailure naming it), and the rank still ends normally once the sender goes on.
+BOOST_AUTO_TEST_CASE(a_sender_stalled_midway_is_reported_and_its_message_can_be_given_up) {
+  CommandOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+  const auto r = run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
+                              "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+                              "--timeout", "50", "-n", "2", SHMDIST_TEST_CORRUPT_PEER,
+                              "stalled"},
+                             options);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code == 0, r.err);
+  BOOST_TEST(r.out.rfind("POLLS_RETURNED yes\nIN_PROGRESS 1\nRELEASED 0\nPEERFAILURE ", 0) == 0,
+             r.out);
+  BOOST_TEST(r.out.find("a 262144-byte message from rank 1 was given up midway") !=
+                 std::string::npos,
+             r.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
