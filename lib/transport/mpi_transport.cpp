@@ -295,6 +295,7 @@ class MpiTransport final : public RemoteTransport {
     return count > 0;  // a finalize marker (0 bytes) is not data
   }
   bool transfers_in_flight() const override { return !inflight_.empty() || receiving_ > 0; }
+  bool payload_arriving() const override { return receiving_ > 0; }
 
   std::chrono::nanoseconds poll_interval() override {
     if (receiving_ > 0) return PollBackoff::kMin;  // a payload moves only while we poll

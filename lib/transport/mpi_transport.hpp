@@ -127,6 +127,9 @@ class RemoteTransport : public Transport {
   // Whether sends this transport started, or a payload it receives, are still in MPI's hands
   // (only progress calls move them on: the other side may be waiting for them).
   virtual bool transfers_in_flight() const = 0;
+  // Whether a payload is arriving: it moves only while this rank looks at MPI, so the remote
+  // side is looked at on every progress call meanwhile (RoutingTransport).
+  virtual bool payload_arriving() const { return false; }
   // Peers (RoutingPeers): whether `peer` said it will send nothing more, and saying so to
   // every remote peer. A remote rank that dies ends the job through mpirun: nothing to watch.
   virtual bool peer_finalized(int peer) const = 0;

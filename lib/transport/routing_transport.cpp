@@ -52,7 +52,8 @@ bool RoutingTransport::poll_remote(InboundHandler& handler, int preferred, bool 
 
 bool RoutingTransport::remote_due(bool preferred_remote, bool full_scan) {
   if (!has_remote_peers_) return false;
-  if (preferred_remote || full_scan || remote_skip_left_ == 0) return true;
+  if (preferred_remote || full_scan || remote_skip_left_ == 0 || remote_->payload_arriving())
+    return true;
   --remote_skip_left_;
   return false;
 }

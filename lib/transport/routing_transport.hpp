@@ -15,6 +15,8 @@
 // (`preferred`), on a full scan (before sleeping, at finalize), after a sleep and after
 // starting a send to a remote peer (a reply is likely), so the remote side is never
 // starved: an any-source receive hears a remote message within kMaxRemoteSkip + 1 calls.
+// While a payload arrives (RemoteTransport::payload_arriving) it is looked at on every call:
+// the payload moves only then, and each look waits for it a while anyway.
 // A call waiting for a local peer (`preferred` on this host) while no remote send is in
 // flight backs off further, up to kMaxRemoteSkipLocalWait calls: MPI buffers what arrives
 // meanwhile, and a pair of local ranks in a ping-pong then almost never enters MPI (whose
