@@ -64,7 +64,7 @@ namespace {
 
 // Bytes [0, n) of a byte tensor, sharing it.
 Tensor first_bytes(const Tensor& t, std::size_t n) {
-  return Tensor::from_blob(bytes_of(t), {static_cast<std::int64_t>(n)}, kUInt8);
+  return Tensor::from_blob(bytes_of(t), {static_cast<std::int64_t>(n)}, kUInt8, t.storage_handle());
 }
 
 // Wire `i` of a received message of wires (w bytes each), or zeros (a call that is not a

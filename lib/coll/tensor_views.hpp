@@ -18,10 +18,11 @@ inline std::byte* bytes_of(const Tensor& t) {
   return static_cast<std::byte*>(const_cast<void*>(t.data_ptr()));
 }
 
-// Elements [offset, offset + count) of t's storage, as a 1-d tensor that shares it.
+// Elements [offset, offset + count) of t's storage, as a 1-d tensor that shares it (and
+// keeps it alive: a receive into it may outlive the schedule, engine/engine.cpp memory_of).
 inline Tensor view_of(const Tensor& t, std::int64_t offset, std::int64_t count) {
   return Tensor::from_blob(bytes_of(t) + offset * static_cast<std::int64_t>(element_size(t.dtype())),
-                           {count}, t.dtype());
+                           {count}, t.dtype(), t.storage_handle());
 }
 
 // Member j's slice of `count` elements split as evenly as possible among n members.

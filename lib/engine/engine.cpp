@@ -190,6 +190,13 @@ void Engine::await_blocking(Operation& op, const WaitFocus& focus,
   try {
     done = block_until([&] { return !op.pending(); }, focus, timeout_);
   } catch (...) {
+    // The wait failed (a peer's failure, say): a message MPI still writes into the caller's
+    // memory is given up at once (settle_inbound), not waited for.
+    withdrawing_on_failure_ = true;
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{withdrawing_on_failure_};
     (this->*withdraw)(op);
     throw;
   }

@@ -169,7 +169,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void deliver(Operation& op, Unexpected& u);
   void claim_inflight(Operation& op, Unexpected& u);
   void withdraw_receive(Operation& op);
-  void settle_inbound(Inflight& f, Operation& op);
+  void settle_inbound(Inflight& f);
   std::shared_ptr<void> memory_of(Inflight& f);
   void finish_receive(Operation& op, const transport::Envelope& env);
   std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
@@ -249,6 +249,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::list<Unexpected> unexpected_;
   std::vector<std::uint32_t> unexpected_from_;   // entries of unexpected_ by source
   std::vector<Inflight> inflight_;                 // by source
+  bool withdrawing_on_failure_ = false;  // await_blocking: its wait failed (settle_inbound)
   std::vector<std::deque<Operation*>> send_queues_;  // by destination
   std::vector<int> sending_to_;                    // destinations with queued sends
   std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order

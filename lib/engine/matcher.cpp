@@ -217,7 +217,7 @@ void Engine::withdraw_receive(Operation& op) {
   }
   for (Inflight& f : inflight_) {
     if (f.receiver != &op) continue;
-    if (!op.staging) settle_inbound(f, op);
+    if (!op.staging) settle_inbound(f);
     Unexpected u;
     u.env = f.env;
     u.seq = f.seq;
@@ -247,14 +247,20 @@ void Engine::withdraw_receive(Operation& op) {
 // complete into `op` meanwhile). Past that the message is given up (abandon_inbound, which
 // keeps the tensor's memory alive while MPI may write into it, and breaks the stream from
 // the sender), and the receive raises PeerFailure naming the sender; nothing refers to `op`
-// any more.
-void Engine::settle_inbound(Inflight& f, Operation& op) {
+// any more. A receive whose wait failed (withdrawing_on_failure_) gives the message up at
+// once: its call raises that failure anyway, and the sender may be gone.
+void Engine::settle_inbound(Inflight& f) {
   const int src = f.env.src;
   if (transport_->release_inbound(src)) return;
+  if (withdrawing_on_failure_) {  // the call fails anyway: no wait for a sender that may be gone
+    transport_->abandon_inbound(src, memory_of(f));
+    f.receiver = nullptr;
+    return;
+  }
   const auto deadline = Clock::now() + timeout_;
   while (!transport_->release_inbound(src)) {
     if (Clock::now() >= deadline) {
-      transport_->abandon_inbound(src, op.any_size ? op.keep.storage_handle() : op.hold);
+      transport_->abandon_inbound(src, memory_of(f));
       f.receiver = nullptr;
       throw PeerFailure(
           "rank " + std::to_string(src) + " stopped sending a " + std::to_string(f.env.nbytes) +

@@ -319,6 +319,9 @@ class MpiTransport final : public RemoteTransport {
       else if (done) settle_piece(p, st);
     } catch (const PeerFailure&) {
       // Kept (Peer::failure): the next poll throws it.
+    } catch (const std::exception& e) {  // a consumer's, as the bytes landed: the same
+      mark_failed(p, "a message from rank " + std::to_string(src) + " could not be taken in: " +
+                         e.what());
     }
     return p.piece == MPI_REQUEST_NULL;
   }

@@ -234,6 +234,34 @@ BOOST_AUTO_TEST_CASE(a_receive_pinned_by_a_sender_that_stalls_raises_peer_failur
   BOOST_TEST(!rig.wire->repointed_while_pinned);
 }
 
+// A receive whose wait fails (here a peer died) while its message is pinned in its tensor
+// gives the message up at once, with the tensor's storage to keep, and raises that failure:
+// no wait for a sender that may be gone.
+BOOST_AUTO_TEST_CASE(a_receive_whose_wait_fails_while_pinned_gives_the_message_up_at_once) {
+  Rig rig(0, 3, std::chrono::hours(1));
+  const Tensor sent = arange(1000);
+  rig.arrive(1, sent, user_key(2), 800);
+  auto pinner = std::make_shared<ScriptedTask>();
+  pinner->on_advance = [&] {
+    if (rig.wire->consumed_of(1) > 0 && !rig.wire->pinned_dest[1]) {
+      rig.wire->pin(1);
+      rig.wire->peers[2] = {transport::PeerStatus::Gone, false, "rank 2 (pid 7) was killed"};
+    }
+  };
+  rig.engine->add_task(pinner);
+  Tensor t = zeros(1000, kLong);
+  try {
+    rig.engine->recv(t, 1, user_key(2), rig.all);
+    BOOST_FAIL("a receive whose wait failed returned");
+  } catch (const PeerFailure& e) {
+    BOOST_TEST(std::string(e.what()).find("rank 2 (pid 7) was killed") != std::string::npos,
+               e.what());
+  }
+  BOOST_TEST(rig.wire->abandoned == std::vector<int>{1}, boost::test_tools::per_element());
+  BOOST_TEST((rig.wire->kept.at(0) == t.storage_handle()));
+  BOOST_TEST(!rig.wire->repointed_while_pinned);
+}
+
 // A zero-byte message matches like any other.
 BOOST_AUTO_TEST_CASE(empty_messages_match) {
   Rig rig;

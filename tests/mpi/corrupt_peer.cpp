@@ -20,7 +20,7 @@
 //               arriving, and "RELEASED 1" if release_inbound() could stop it (MPI had
 //               matched nothing to the piece's receive); then the transport ends, cancelling it.
 //   stalled     an honest sender that stops calling MPI midway: after a barrier (connections
-//               up), a 256 KiB message (its payload one rendezvous message), then 3 s without
+//               up), a 256 KiB message (its payload one rendezvous message), then 4 s without
 //               a call into MPI. Rank 0 polls for 1.5 s, prints "IN_PROGRESS 1" and "RELEASED
 //               0" (MPI matched the piece: it cannot be cancelled), gives the message up
 //               (abandon_inbound) and prints the PeerFailure its next poll raises; its
@@ -98,7 +98,7 @@ void victim(int world, const std::string& mode) {
     for (int r = 1; r < world; ++r) others.push_back(r);
     auto transport = make_mpi_transport(session, others);
     Collector collector;
-    if (mode == "stalled") MPI_Barrier(MPI_COMM_WORLD);
+    if (mode == "stalled" || mode == "no_payload") MPI_Barrier(MPI_COMM_WORLD);  // links up
     if (mode == "no_payload" || mode == "stalled") {
       const auto end = Clock::now() + std::chrono::milliseconds(1500);
       int polls = 0;
@@ -193,12 +193,13 @@ void corrupt_peer(const std::string& mode) {
     send_pieces(1, 65536, 1000);
     send_pieces(2, 65536, 32768);
   } else if (mode == "no_payload") {
+    MPI_Barrier(MPI_COMM_WORLD);
     send_header(header(1, 256 << 10));
   } else if (mode == "stalled") {
     MPI_Barrier(MPI_COMM_WORLD);
     send_header(header(1, 256 << 10));
     send(payload(256 << 10, 1), kPayloadTag);
-    std::this_thread::sleep_for(std::chrono::seconds(3));  // no MPI call meanwhile
+    std::this_thread::sleep_for(std::chrono::seconds(4));  // no MPI call meanwhile
   }
   // Until MPI is done with the sends (at most 30 s): the victim's receives take what they
   // take; what they leave is dropped.
