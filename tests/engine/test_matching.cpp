@@ -1,7 +1,10 @@
 // Matching through a fake transport: posted receives in posting order, unexpected messages in
 // arrival order, a receive withdrawn (before and during a stream), an unexpected message
-// claimed while it still streams in, a receive whose bytes go to a consumer.
+// claimed while it still streams in, a receive whose bytes go to a consumer, and messages a
+// transport cannot move while it writes them (MPI: release_inbound, abandon_inbound).
 #include <boost/test/unit_test.hpp>
+
+#include <functional>
 
 #include "engine_rig.hpp"
 #include "support/recording_consumer.hpp"
@@ -160,6 +163,20 @@ BOOST_AUTO_TEST_CASE(a_receive_claims_a_message_mid_stream) {
   }
 }
 
+// Pins the message streaming in from rank 1 (as MPI does once it matched a piece) as soon as
+// its first bytes landed, from a task that runs in the engine's progress (during a blocking
+// receive); `then` runs once, at that moment.
+static void pin_once_started(Rig& rig, std::function<void()> then = {}) {
+  auto pinner = std::make_shared<ScriptedTask>();
+  pinner->on_advance = [&rig, then, done = false]() mutable {
+    if (done || rig.wire->consumed_of(1) == 0) return;
+    rig.wire->pin(1);
+    if (then) then();
+    done = true;
+  };
+  rig.engine->add_task(pinner);
+}
+
 // A transport that cannot stop writing a message where it writes it (MPI, once it matched a
 // payload's piece: release_inbound says false) keeps its sink's memory: a receive that claims
 // the message mid-stream gets it through the unexpected buffer, copied when it is whole.
@@ -186,12 +203,7 @@ BOOST_AUTO_TEST_CASE(a_receive_that_times_out_while_pinned_waits_until_it_is_rel
   Rig rig(0, 3, 200ms);
   const Tensor sent = arange(1000);
   rig.arrive(1, sent, user_key(2), 800);
-  auto pinner = std::make_shared<ScriptedTask>();
-  pinner->on_advance = [&] {  // runs in the engine's progress, during the blocking recv
-    if (rig.wire->consumed_of(1) > 0 && rig.wire->finished_bytes[1] == 0 && !rig.wire->pinned_dest[1])
-      rig.wire->pin(1);
-  };
-  rig.engine->add_task(pinner);
+  pin_once_started(rig);
   int asked = 0;
   rig.wire->on_release = [&](int src) {  // MPI lets go at the 100th look
     if (src == 1 && rig.wire->pinned_dest[1] && ++asked == 100) rig.wire->unpin(1);
@@ -215,11 +227,7 @@ BOOST_AUTO_TEST_CASE(a_receive_pinned_by_a_sender_that_stalls_raises_peer_failur
   Rig rig(0, 3, 200ms);
   const Tensor sent = arange(1000);
   rig.arrive(1, sent, user_key(2), 800);
-  auto pinner = std::make_shared<ScriptedTask>();
-  pinner->on_advance = [&] {
-    if (rig.wire->consumed_of(1) > 0 && !rig.wire->pinned_dest[1]) rig.wire->pin(1);
-  };
-  rig.engine->add_task(pinner);
+  pin_once_started(rig);
   Tensor t = zeros(1000, kLong);
   try {
     rig.engine->recv(t, 1, user_key(2), rig.all);
@@ -241,14 +249,9 @@ BOOST_AUTO_TEST_CASE(a_receive_whose_wait_fails_while_pinned_gives_the_message_u
   Rig rig(0, 3, std::chrono::hours(1));
   const Tensor sent = arange(1000);
   rig.arrive(1, sent, user_key(2), 800);
-  auto pinner = std::make_shared<ScriptedTask>();
-  pinner->on_advance = [&] {
-    if (rig.wire->consumed_of(1) > 0 && !rig.wire->pinned_dest[1]) {
-      rig.wire->pin(1);
-      rig.wire->peers[2] = {transport::PeerStatus::Gone, false, "rank 2 (pid 7) was killed"};
-    }
-  };
-  rig.engine->add_task(pinner);
+  pin_once_started(rig, [&] {
+    rig.wire->peers[2] = {transport::PeerStatus::Gone, false, "rank 2 (pid 7) was killed"};
+  });
   Tensor t = zeros(1000, kLong);
   try {
     rig.engine->recv(t, 1, user_key(2), rig.all);

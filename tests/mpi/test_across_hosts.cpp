@@ -43,6 +43,17 @@ CommandResult across_hosts(const std::string& hosts, std::vector<std::string> pr
 // 2 and 3 hosts of 1 to 3 ranks, hosts interleaved or not (3 hosts of 2: the order of the
 // host partials shows in all_reduce's bits); and one host named explicitly (routing with no
 // remote peer; the world's collectives take the segment's lane).
+// Runs tests/mpi/corrupt_peer.cpp in `mode` as `ranks` ranks (rank 1 plays the peer).
+CommandResult corrupt_peer(const std::string& mode, int ranks = 2) {
+  CommandOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
+  return run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--mca",
+                      "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--timeout", "50",
+                      "-n", std::to_string(ranks), SHMDIST_TEST_CORRUPT_PEER, mode},
+                     options);
+}
+
 const std::vector<std::string> kLayouts = {"a,b", "a,a,b", "a,b,b,a", "a,b,c", "a,b,b,c,c,c",
                                            "a,a,b,b,c,c", "a,a,a"};
 
@@ -181,16 +192,7 @@ BOOST_AUTO_TEST_CASE(timeout_says_what_the_rank_was_blocked_on) {
 // message is delivered, and nothing after it from that peer either (the stream is out of
 // step). "good" is the same harness with a well-formed peer: both messages arrive intact.
 BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it) {
-  const auto run = [](const std::string& mode, int ranks = 2) {
-    CommandOptions options;
-    options.timeout = std::chrono::seconds(60);
-    options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
-    return run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--mca",
-                        "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--timeout",
-                        "50", "-n", std::to_string(ranks), SHMDIST_TEST_CORRUPT_PEER, mode},
-                       options);
-  };
-  const auto good = run("good");
+  const auto good = corrupt_peer("good");
   BOOST_TEST(good.exit_code == 0, good.err);
   BOOST_TEST(good.out == "GOT tag 1 nbytes 65536 bad 0\nGOT tag 2 nbytes 100 bad 0\n"
                          "END IN_PROGRESS 0 RELEASED 1\n");
@@ -201,7 +203,7 @@ BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it
       {"desync", "rank 1 sent 1000 bytes as piece 1 of the payload of a 65536-byte message", 2},
       {"long_packed", "is it running another build of shmdist?", 3}};
   for (const auto& [mode, says, ranks] : cases) {
-    const auto r = run(mode, ranks);
+    const auto r = corrupt_peer(mode, ranks);
     BOOST_TEST_CONTEXT("mode " << mode << " on " << ranks << " ranks, stdout: " << r.out
                                << ", stderr: " << r.err) {
       BOOST_TEST(!r.timed_out);
@@ -222,14 +224,7 @@ BOOST_AUTO_TEST_CASE(a_peer_breaking_the_wire_format_is_a_peer_failure_naming_it
 // (so its timeouts, health checks and hang report run), the message stays in progress, MPI's
 // receive for it can be cancelled, and the rank ends normally.
 BOOST_AUTO_TEST_CASE(a_payload_that_never_comes_does_not_hold_the_receiver_inside_mpi) {
-  CommandOptions options;
-  options.timeout = std::chrono::seconds(60);
-  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
-  const auto r = run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
-                              "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
-                              "--timeout", "50", "-n", "2", SHMDIST_TEST_CORRUPT_PEER,
-                              "no_payload"},
-                             options);
+  const auto r = corrupt_peer("no_payload");
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.exit_code == 0, r.err);
   BOOST_TEST(r.out == "POLLS_RETURNED yes\nIN_PROGRESS 1\nRELEASED 1\n");
@@ -240,14 +235,7 @@ BOOST_AUTO_TEST_CASE(a_payload_that_never_comes_does_not_hold_the_receiver_insid
 // the engine is told it cannot move the message), giving it up breaks the stream from that
 // rank (a PeerFailure naming it), and the rank still ends normally once the sender goes on.
 BOOST_AUTO_TEST_CASE(a_sender_stalled_midway_is_reported_and_its_message_can_be_given_up) {
-  CommandOptions options;
-  options.timeout = std::chrono::seconds(60);
-  options.unset_env = {"SHMDIST_SEGMENT_FD", "RANK", "WORLD_SIZE", "SHMDIST_HOST_ID"};
-  const auto r = run_command({SHMDIST_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
-                              "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
-                              "--timeout", "50", "-n", "2", SHMDIST_TEST_CORRUPT_PEER,
-                              "stalled"},
-                             options);
+  const auto r = corrupt_peer("stalled");
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.exit_code == 0, r.err);
   BOOST_TEST(r.out.rfind("POLLS_RETURNED yes\nIN_PROGRESS 1\nRELEASED 0\nPEERFAILURE ", 0) == 0,
