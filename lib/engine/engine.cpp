@@ -185,23 +185,16 @@ void Engine::send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
 // Waits for the operation of a blocking call. If the wait fails or times out, the operation
 // is withdrawn first (nothing may keep pointing at the caller's stack), then the error goes on.
 void Engine::await_blocking(Operation& op, const WaitFocus& focus,
-                            void (Engine::*withdraw)(Operation&)) {
+                            void (Engine::*withdraw)(Operation&, bool)) {
   bool done = false;
   try {
     done = block_until([&] { return !op.pending(); }, focus, timeout_);
   } catch (...) {
-    // The wait failed (a peer's failure, say): a message MPI still writes into the caller's
-    // memory is given up at once (settle_inbound), not waited for.
-    withdrawing_on_failure_ = true;
-    struct Reset {
-      bool& flag;
-      ~Reset() { flag = false; }
-    } reset{withdrawing_on_failure_};
-    (this->*withdraw)(op);
+    (this->*withdraw)(op, true);
     throw;
   }
   if (!done) {
-    (this->*withdraw)(op);
+    (this->*withdraw)(op, false);
     waiter_.throw_timeout(focus, timeout_);
   }
 }

@@ -168,8 +168,8 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void post_receive(Operation& op);
   void deliver(Operation& op, Unexpected& u);
   void claim_inflight(Operation& op, Unexpected& u);
-  void withdraw_receive(Operation& op);
-  void settle_inbound(Inflight& f);
+  void withdraw_receive(Operation& op, bool wait_failed);
+  bool settle_inbound(Inflight& f, bool wait_failed);
   std::shared_ptr<void> memory_of(Inflight& f);
   void finish_receive(Operation& op, const transport::Envelope& env);
   std::list<Unexpected>::iterator insert_unexpected(Unexpected u);
@@ -191,7 +191,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void send_blocking(const Tensor& tensor, int dst, const MatchKey& key,
                      const transport::OutboundMessage* begun);
   int try_receive_direct(Tensor& tensor, int src, const MatchKey& key);  // sender, or -1
-  void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&));
+  void await_blocking(Operation& op, const WaitFocus& focus, void (Engine::*withdraw)(Operation&, bool));
   static std::shared_ptr<Operation> completed_send();
   void finish_operation(Operation& op);
   void fail_operation(Operation& op, std::exception_ptr e);
@@ -205,7 +205,7 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   void setup_send(Operation& op, const Tensor& tensor, int dst, const MatchKey& key);
   void start_send(Operation& op);
   bool push_sends();
-  void withdraw_send(Operation& op);
+  void withdraw_send(Operation& op, bool wait_failed);
   void drop_send(Operation& op, std::exception_ptr e);
   // A send whose message is done: completed, or failed if the transport says it failed on
   // the receiver's side (out.failure).
@@ -249,7 +249,6 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
   std::list<Unexpected> unexpected_;
   std::vector<std::uint32_t> unexpected_from_;   // entries of unexpected_ by source
   std::vector<Inflight> inflight_;                 // by source
-  bool withdrawing_on_failure_ = false;  // await_blocking: its wait failed (settle_inbound)
   std::vector<std::deque<Operation*>> send_queues_;  // by destination
   std::vector<int> sending_to_;                    // destinations with queued sends
   std::vector<std::shared_ptr<BackgroundTask>> tasks_;  // unfinished collectives, in start order

@@ -210,14 +210,15 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
 // streaming into it, the message goes back to being unexpected (or to the next posted
 // receive that matches), so that no byte and no ordering is lost. Only Engine::recv
 // withdraws, and its receive has no consumer (a consumer's bytes could not be put back).
-void Engine::withdraw_receive(Operation& op) {
+// A message the transport could not let go of in time is given up instead (settle_inbound).
+void Engine::withdraw_receive(Operation& op, bool wait_failed) {
   if (op.posted_hook.is_linked()) {
     posted_.erase(posted_.iterator_to(op));
     return;
   }
   for (Inflight& f : inflight_) {
     if (f.receiver != &op) continue;
-    if (!op.staging) settle_inbound(f);
+    if (!op.staging && !settle_inbound(f, wait_failed)) return;  // given up: nothing to keep
     Unexpected u;
     u.env = f.env;
     u.seq = f.seq;
@@ -247,15 +248,15 @@ void Engine::withdraw_receive(Operation& op) {
 // complete into `op` meanwhile). Past that the message is given up (abandon_inbound, which
 // keeps the tensor's memory alive while MPI may write into it, and breaks the stream from
 // the sender), and the receive raises PeerFailure naming the sender; nothing refers to `op`
-// any more. A receive whose wait failed (withdrawing_on_failure_) gives the message up at
-// once: its call raises that failure anyway, and the sender may be gone.
-void Engine::settle_inbound(Inflight& f) {
+// any more. A receive whose wait failed gives the message up at once: its call raises that
+// failure anyway, and the sender may be gone. Returns false if the message was given up.
+bool Engine::settle_inbound(Inflight& f, bool wait_failed) {
   const int src = f.env.src;
-  if (transport_->release_inbound(src)) return;
-  if (withdrawing_on_failure_) {  // the call fails anyway: no wait for a sender that may be gone
+  if (transport_->release_inbound(src)) return true;
+  if (wait_failed) {  // the call fails anyway: no wait for a sender that may be gone
     transport_->abandon_inbound(src, memory_of(f));
     f.receiver = nullptr;
-    return;
+    return false;
   }
   const auto deadline = Clock::now() + timeout_;
   while (!transport_->release_inbound(src)) {
@@ -273,6 +274,7 @@ void Engine::settle_inbound(Inflight& f) {
     }
     sched_yield();  // the sender may need this CPU to push the piece
   }
+  return true;
 }
 
 void Engine::finish_receive(Operation& op, const transport::Envelope& env) {

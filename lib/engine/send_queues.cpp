@@ -58,7 +58,7 @@ bool Engine::push_sends() {
 // A blocking send gives up. Not yet started: it is simply dropped. Already started: the
 // receiver is in the middle of the message, so the rest is copied and finished in the
 // background; otherwise the stream to that peer would be cut mid-message.
-void Engine::withdraw_send(Operation& op) {
+void Engine::withdraw_send(Operation& op, bool /*wait_failed*/) {
   auto& queue = send_queues_[op.peer];
   auto it = std::find(queue.begin(), queue.end(), &op);
   if (it == queue.end()) return;
