@@ -81,7 +81,7 @@ class MpiSession {
   // Sends could not complete: do not finalize MPI (it would wait for them).
   void abandon();
 
-  struct Handles;  // the MPI objects (mpi_transport.cpp)
+  struct Handles;  // the MPI objects (mpi_transport_impl.hpp)
   Handles& handles() const { return *handles_; }
 
  private:

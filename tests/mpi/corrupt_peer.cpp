@@ -48,7 +48,7 @@ namespace {
 using namespace shmdist;
 using namespace shmdist::transport;
 
-constexpr int kHeaderTag = 1;   // as mpi_transport.cpp
+constexpr int kHeaderTag = 1;   // as mpi_transport_impl.hpp
 constexpr int kPayloadTag = 2;
 
 std::byte pattern(std::size_t i, int tag) { return std::byte((i * 7 + tag * 31) & 0xff); }
