@@ -86,17 +86,22 @@ void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, Re
   const DType dtype = tensor.dtype();
   const std::size_t es = element_size(dtype);
   Tensor mine = view_of(tensor, slice_begin(count, k, p), m);
-  // Mates' slices p (step A), then other hosts' partials (step B), by place / host; the own
-  // entry stays unused (the own input and partial are `mine`).
-  Tensor stage = scratch(m * std::max(k, hosts), dtype);
+  // Mates' slices p (step A) by place, then other hosts' partials (step B) by host, the own
+  // place and host left out (the own input and partial are `mine`): apart, since step B's
+  // receives are posted while step A runs.
+  Tensor stage = scratch(m * (k - 1 + hosts - 1), dtype);
+  auto mate_slot = [=](int q) { return (q < p ? q : q - 1) * m; };
+  const int own = split.mine;
+  auto host_slot = [=](int h) { return (k - 1 + (h < own ? h : h - 1)) * m; };
   sch.keep(tensor);
   sch.keep(stage);
   Step& a = sch.add_step();
+  a.receive_early = true;  // with the agreement's last step (Step::receive_early)
   for (int q = 0; q < k; ++q) {
     if (q == p) continue;
     send(a, b.members()[mates[q]],
          view_of(tensor, slice_begin(count, k, q), slice_len(count, k, q)));
-    recv(a, b.members()[mates[q]], view_of(stage, q * m, m));
+    recv(a, b.members()[mates[q]], view_of(stage, mate_slot(q), m));
   }
   const ReduceOp inside = op == ReduceOp::AVG ? ReduceOp::SUM : op;
   if (k == 2) {
@@ -114,26 +119,32 @@ void reduce_by_columns(Schedule& sch, const Builder& b, const Tensor& tensor, Re
     a.after = [=] {
       std::vector<const std::byte*> inputs(static_cast<std::size_t>(k));
       for (int q = 0; q < k; ++q)
-        inputs[q] = q == p ? bytes_of(mine) : bytes_of(stage) + q * m * es;
+        inputs[q] = q == p ? bytes_of(mine) : bytes_of(stage) + mate_slot(q) * es;
       reduce_in_order(inside, dtype, inputs, bytes_of(mine), static_cast<std::size_t>(m), n);
     };
   }
+  // Steps B and C, like A, post their receives when the step before them starts
+  // (Step::receive_early), so that a member a step ahead sends straight into them: step B's
+  // land in their own part of the stage, step C's in the mates' slices of the tensor, which
+  // step A only sent from (its sends are complete before step B starts) and nothing touches
+  // again before step C.
   Step& across = sch.add_step();
+  across.receive_early = true;
   for (int h = 0; h < hosts; ++h) {
-    if (h == split.mine) continue;
+    if (h == own) continue;
     const int peer =
         b.members()[split.hosts[static_cast<std::size_t>(h)][static_cast<std::size_t>(p)]];
     send(across, peer, mine);
-    recv(across, peer, view_of(stage, h * m, m));
+    recv(across, peer, view_of(stage, host_slot(h), m));
   }
-  const int own = split.mine;
   across.after = [=] {
     std::vector<const std::byte*> partials(static_cast<std::size_t>(hosts));
     for (int h = 0; h < hosts; ++h)
-      partials[h] = h == own ? bytes_of(mine) : bytes_of(stage) + h * m * es;
+      partials[h] = h == own ? bytes_of(mine) : bytes_of(stage) + host_slot(h) * es;
     reduce_in_order(op, dtype, partials, bytes_of(mine), static_cast<std::size_t>(m), n);
   };
   Step& c = sch.add_step();
+  c.receive_early = true;
   for (int q = 0; q < k; ++q) {
     if (q == p) continue;
     send(c, b.members()[mates[q]], mine);

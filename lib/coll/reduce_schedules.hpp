@@ -28,13 +28,13 @@ namespace shmdist::coll {
 // 88 KiB and loses from 96 KiB (189 against 191-210; 128 KiB 326-445 against 220-258).
 constexpr std::uint64_t kLeadersBelow = 96 * 1024;
 // The columns' serve every larger size when the hosts are no more than each host's members
-// (the stage then holds at most the tensor, and no member sends more between hosts than the
+// (the stage then holds less than twice the tensor, and no member sends more between hosts than the
 // flat schedule): they once read slower than the flat one at 16 MiB (0.75-0.80x), but that
 // measured both schedules zeroing their staging buffers every call (8 and 16 MiB); with
 // scratch buffers they read faster there in 4 interleaved pairs of 4 (median 25.8 against
 // 27.7 ms) and at 32 MiB in 2 of 2 (62-64 against 71-74 ms) on 2 hosts x 2 ranks
 // (docs/hosts.md). With more hosts than members a host, below this size only (a stage of
-// hosts/k times the slice, (hosts - 1)/k of the tensor sent between hosts per member).
+// (k + hosts - 2)/k of the tensor, (hosts - 1)/k of it sent between hosts per member).
 constexpr std::uint64_t kColumnsBelow = 16 << 20;
 
 // Step 1 of all_reduce and reduce: member j receives slice j of every other member's input
@@ -58,6 +58,7 @@ bool same_size_hosts(const HostSplit& split);
 //           message per pair, the only ones between hosts) and reduces the partials in host
 //           order into slice p;
 //   step C, inside each host: every member sends its slice of the result to its mates.
+// Each step posts its receives as the step before it starts (Step::receive_early).
 // So element i is (x0 + x1) + (x2 + x3) on every rank, bitwise reduce_members' order (the
 // same reduce_in_order calls on the same inputs; AVG sums inside the hosts and divides the
 // sum of the partials by the group's size). Each member sends 1/k of the tensor between hosts

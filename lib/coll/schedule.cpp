@@ -355,24 +355,39 @@ void Schedule::judge_tree_wires() {
 }
 
 void Schedule::start_step() {
-  static const std::vector<int> no_candidates;
   const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step_),
                             transport::kInternalChannel};
+  const Step& step = steps_[step_];
+  // This step's receives, when the step before posted them (receive_early): all of them.
+  std::vector<std::shared_ptr<detail::Operation>> posted = std::move(early_);
+  early_.clear();
   ops_.clear();
   op_peers_.clear();
-  ops_.reserve(steps_[step_].transfers.size());
-  op_peers_.reserve(steps_[step_].transfers.size());
+  ops_.reserve(step.transfers.size());
+  op_peers_.reserve(step.transfers.size());
   first_pending_ = 0;
-  for (const Transfer& t : steps_[step_].transfers) {
+  std::size_t next_posted = 0;
+  for (const Transfer& t : step.transfers) {
     if (t.dir == Transfer::Dir::Send) {
       ops_.push_back(engine_.isend(t.view, t.peer, key));
       op_peers_.push_back(-1);
     } else {
-      ops_.push_back(
-          engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr, t.consumer));
+      ops_.push_back(next_posted < posted.size() ? std::move(posted[next_posted++])
+                                                 : post_receive(t, step_));
       op_peers_.push_back(t.peer);
     }
   }
+  const std::size_t next = step_ + 1;
+  if (next < steps_.size() && steps_[next].receive_early)
+    for (const Transfer& t : steps_[next].transfers)
+      if (t.dir == Transfer::Dir::Recv) early_.push_back(post_receive(t, next));
+}
+
+std::shared_ptr<detail::Operation> Schedule::post_receive(const Transfer& t, std::size_t step) {
+  static const std::vector<int> no_candidates;
+  const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step),
+                            transport::kInternalChannel};
+  return engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr, t.consumer);
 }
 
 bool Schedule::advance() {
@@ -446,6 +461,11 @@ void Schedule::finish(std::exception_ptr error) {
     else handle_->complete();
   }
   ops_.clear();
+  // The next step's receives, posted early: none is matched when the calls disagree (no
+  // member sends data then), nor on an error until its peer gets there.
+  for (const auto& op : early_)
+    if (op->pending()) engine_.cancel_receive(*op);
+  early_.clear();
   steps_.clear();
   kept_.clear();
   wires_.clear();

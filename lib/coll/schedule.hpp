@@ -110,6 +110,14 @@ struct Transfer {
 struct Step {
   std::vector<Transfer> transfers;
   std::function<void()> after;  // runs once every transfer of the step has completed
+  // Its receives are posted when the step before it starts rather than when it starts
+  // itself, so that a peer a step ahead sends straight into their memory, not into an
+  // unexpected message's buffer (one allocation and one copy of the message more). The
+  // builder sets it only where that memory is free while the step before runs. The first
+  // data step's are posted with the agreement's last step: no member sends data before it
+  // knows that every call agrees, so a receive into the caller's tensor gets bytes only if
+  // they do, and the schedule cancels them when it ends without them (the calls disagree).
+  bool receive_early = false;
 };
 
 class Schedule final : public engine::BackgroundTask,
@@ -144,6 +152,8 @@ class Schedule final : public engine::BackgroundTask,
 
  private:
   void start_step();
+  // Posts the receive `t` of step `step`.
+  std::shared_ptr<detail::Operation> post_receive(const Transfer& t, std::size_t step);
   bool advance_steps();
   bool advance_rounds();
   void finish(std::exception_ptr error);
@@ -189,6 +199,8 @@ class Schedule final : public engine::BackgroundTask,
   bool step_started_ = false;
   std::vector<std::shared_ptr<detail::Operation>> ops_;  // the current step's transfers
   std::vector<int> op_peers_;                            // and their peers (receives: >= 0)
+  // The next step's receives, posted with this one (Step::receive_early), in its order.
+  std::vector<std::shared_ptr<detail::Operation>> early_;
   std::size_t first_pending_ = 0;
   std::shared_ptr<detail::Operation> handle_;
   bool finished_ = false;

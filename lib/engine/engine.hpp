@@ -83,6 +83,12 @@ class Engine : public transport::InboundHandler, public std::enable_shared_from_
                                    const std::vector<int>& candidates, bool any_size = false,
                                    std::shared_ptr<transport::ByteConsumer> consumer = nullptr);
 
+  // Withdraws the receive `op` if no message has matched it yet, and returns whether it did
+  // (`op` then fails, saying so). For a layer above that posts a receive before it knows a
+  // message will come (a collective's first data step, posted while the calls' agreement
+  // runs: no message comes if they disagree).
+  bool cancel_receive(Operation& op);
+
   // Waits for `op`; throws what it failed with. With a timeout, returns false if it is still
   // pending then; without one, throws Timeout after the process group's timeout.
   bool wait(Operation& op, std::optional<std::chrono::milliseconds> timeout);

@@ -206,6 +206,15 @@ void Engine::claim_inflight(Operation& op, Unexpected& u) {
   f.receiver = &op;
 }
 
+bool Engine::cancel_receive(Operation& op) {
+  if (!op.posted_hook.is_linked()) return false;
+  posted_.erase(posted_.iterator_to(op));
+  fail_operation(op, std::make_exception_ptr(Error(
+                         "the receive was cancelled before a message matched it (rank " +
+                         std::to_string(rank_) + ")")));
+  return true;
+}
+
 // A receive gives up (its blocking call timed out or failed). If a message was already
 // streaming into it, the message goes back to being unexpected (or to the next posted
 // receive that matches), so that no byte and no ordering is lost. Only Engine::recv

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coll/collectives.hpp"
+#include "coll/reduce_schedules.hpp"
 #include "coll/schedule.hpp"
 #include "engine/engine_rig.hpp"
 
@@ -44,19 +45,37 @@ CallSetup two_hosts(Rig& rig, int me) {
   return s;
 }
 
-// The fingerprint every member sends for that call: all_reduce SUM of 4 float32.
-std::vector<std::byte> sum_of_four_wire() {
+// The fingerprint a member sends for call #1 as all_reduce SUM of `count` float32.
+std::vector<std::byte> sum_wire(std::uint64_t count) {
   CallDescription call;
   call.fp.kind = static_cast<std::uint8_t>(Kind::AllReduce);
   call.fp.op = static_cast<std::uint8_t>(ReduceOp::SUM);
   call.fp.dtype = static_cast<std::uint8_t>(kFloat32);
   call.fp.group_size = 4;
   call.fp.seq = 1;
-  call.fp.count = 4;
+  call.fp.count = count;
   std::vector<std::byte> wire(wire_size(4));
   encode(call, 4, wire.data());
   return wire;
 }
+// ... of 4 float32, the leaders' schedule.
+std::vector<std::byte> sum_of_four_wire() { return sum_wire(4); }
+
+// Every member's wire, by group rank: what a leader sends down (step 2) with no result.
+std::vector<std::byte> wires_down(const std::vector<std::uint64_t>& counts) {
+  std::vector<std::byte> down;
+  for (std::uint64_t c : counts) {
+    const std::vector<std::byte> w = sum_wire(c);
+    down.insert(down.end(), w.begin(), w.end());
+  }
+  return down;
+}
+
+// An all_reduce large enough for the columns' schedule (reduce_schedules.hpp): 30,000
+// float32, 120,000 bytes; each of a host's two members reduces a slice of 15,000.
+constexpr std::int64_t kColumns = 30000;
+constexpr std::int64_t kSlice = kColumns / 2;
+static_assert(kColumns * 4 >= static_cast<std::int64_t>(kLeadersBelow));
 
 }  // namespace
 
@@ -157,6 +176,64 @@ BOOST_AUTO_TEST_CASE(a_leader_at_place_one_reduces_in_group_rank_order) {
   BOOST_REQUIRE(rig.wire->outbound[2].size() == 1);
   BOOST_TEST(rig.wire->outbound[2][0].bytes.size() == 4 * w + 16);
   BOOST_TEST(rig.wire->outbound[1].empty());
+}
+
+// The columns' schedule posts its first data step's receives while the agreement runs
+// (Step::receive_early): when the calls turn out to disagree no data comes, and the receives
+// must not stay posted (an operation pending for ever, its memory held). Global rank 1 sits
+// at place 1 of host A, led by rank 0; rank 2's call has one element more.
+BOOST_AUTO_TEST_CASE(the_columns_early_receives_are_withdrawn_when_the_calls_disagree) {
+  Rig rig(1, 4, 5000ms);
+  Tensor t = full({kColumns}, 1.0f);
+  const Completion op = all_reduce(two_hosts(rig, 1), t, ReduceOp::SUM);
+  rig.arrive(0, byte_tensor(wires_down({kColumns, kColumns, kColumns + 1, kColumns})),
+             tree_key(1, 2));
+  BOOST_CHECK_THROW(rig.engine->wait(*op, 5000ms), InvalidArgument);
+  BOOST_TEST(error_text(*op).find("group rank 2") != std::string::npos, error_text(*op));
+  BOOST_TEST(rig.engine->pending_operations() == 0u);
+  BOOST_TEST(t.equal(full({kColumns}, 1.0f)));
+  // Only the wire went out: no data before the calls agree.
+  BOOST_REQUIRE(rig.wire->outbound[0].size() == 1);
+  BOOST_TEST(rig.wire->outbound[2].empty());
+  BOOST_TEST(rig.wire->outbound[3].empty());
+}
+
+// A step's data may come before this member gets to the step. Global rank 3 leads host B
+// (ranks 2, 3) from place 1: its column peer on host A (rank 1) sends host A's partial (step
+// B) before rank 3 has even heard its mate, whose slice 1 (step A) comes only once rank 3
+// waits for it. Each lands where its step reads it: the stage's parts for step A and step B
+// must not overlap (they did, for this member: both at the stage's start, so step A's bytes
+// landed over step B's), and the result is reduce_members' order, host A's partial + (x2 +
+// x3).
+BOOST_AUTO_TEST_CASE(a_column_whose_data_comes_early_reduces_it_in_order) {
+  Rig rig(3, 4, 5000ms);
+  rig.wire->land_first = true;  // as single copy does inside a host: into step A's stage part
+  Tensor t = full({kColumns}, 1.0f);
+  const Completion op = all_reduce(two_hosts(rig, 3), t, ReduceOp::SUM);
+  const std::vector<std::byte> wire = sum_wire(kColumns);
+  rig.arrive(1, full({kSlice}, 40.0f), tree_key(1, 4));  // step B: host A's partial
+  rig.arrive(2, byte_tensor(wire), tree_key(1, 0));       // the agreement: rank 2's wire,
+  rig.arrive(0, byte_tensor(wires_down({kColumns, kColumns})), tree_key(1, 1));  // host A's
+  for (int i = 0; i < 10; ++i) BOOST_TEST(!rig.engine->test(*op));  // on to step A: it waits
+  rig.arrive(2, full({kSlice}, 2.0f), tree_key(1, 3));   // step A: rank 2's slice 1
+  rig.arrive(2, full({kSlice}, 7.0f), tree_key(1, 5));   // step C: the result's slice 0
+  BOOST_TEST(rig.engine->wait(*op, 5000ms));
+  BOOST_TEST(rig.engine->pending_operations() == 0u);
+  Tensor want = full({kColumns}, 7.0f);
+  for (std::int64_t i = kSlice; i < kColumns; ++i) want.data<float>()[i] = 43.0f;
+  BOOST_TEST(t.equal(want));
+  // Out to rank 2: every wire, slice 0 of the input, the result's slice 1; to rank 1: host
+  // B's partial of slice 1 (1 + 2).
+  BOOST_REQUIRE(rig.wire->outbound[2].size() == 3);
+  BOOST_REQUIRE(rig.wire->outbound[1].size() == 1);
+  auto floats = [](const std::vector<std::byte>& b) {
+    std::vector<float> f(b.size() / 4);
+    std::memcpy(f.data(), b.data(), b.size());
+    return f;
+  };
+  BOOST_TEST(floats(rig.wire->outbound[2][1].bytes) == std::vector<float>(kSlice, 1.0f));
+  BOOST_TEST(floats(rig.wire->outbound[2][2].bytes) == std::vector<float>(kSlice, 43.0f));
+  BOOST_TEST(floats(rig.wire->outbound[1][0].bytes) == std::vector<float>(kSlice, 3.0f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
