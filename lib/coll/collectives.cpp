@@ -11,6 +11,7 @@
 #include "coll/lane_plans.hpp"
 #include "coll/on_lane.hpp"
 #include "coll/reduce_schedules.hpp"
+#include "coll/scratch.hpp"
 #include "coll/tensor_views.hpp"
 #include "engine/engine.hpp"
 

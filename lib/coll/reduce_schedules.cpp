@@ -5,6 +5,7 @@
 
 #include "coll/reduce.hpp"
 #include "coll/streaming_reduce.hpp"
+#include "coll/scratch.hpp"
 #include "coll/tensor_views.hpp"
 
 namespace shmdist::coll {

@@ -6,6 +6,7 @@
 
 #include "base/cpus.hpp"
 #include "base/env.hpp"
+#include "coll/scratch.hpp"
 #include "engine/group_name.hpp"
 #include "pg/impl.hpp"
 #include "segment/job_state.hpp"
@@ -150,6 +151,7 @@ void ProcessGroup::destroy() {
   s.engine.reset();
   s.world_lane.reset();  // it holds the segment too
   s.segment.reset();
+  coll::release_scratch();
   if (s.after_destroy) s.after_destroy();
 }
 
