@@ -410,18 +410,24 @@ bool Schedule::advance() {
 }
 
 bool Schedule::advance_steps() {
+  if (failing_) return fail_when_settled(failing_);
   bool moved = false;
   for (;;) {
     if (!step_started_) {
-      start_step();
-      step_started_ = true;
+      step_started_ = true;  // first: a step whose start throws is not started again
       moved = true;
+      try {
+        start_step();
+      } catch (...) {
+        fail_when_settled(std::current_exception());
+        return true;
+      }
     }
     while (first_pending_ < ops_.size() && !ops_[first_pending_]->pending()) ++first_pending_;
     if (first_pending_ < ops_.size()) return moved;
     for (const auto& op : ops_) {
       if (op->status == detail::Operation::Status::Failed) {
-        finish(op->error);
+        fail_when_settled(op->error);
         return true;
       }
     }
@@ -430,7 +436,7 @@ bool Schedule::advance_steps() {
     try {
       if (steps_[step_].after) steps_[step_].after();
     } catch (...) {
-      finish(std::current_exception());
+      fail_when_settled(std::current_exception());
       return true;
     }
     moved = true;
@@ -442,10 +448,35 @@ bool Schedule::advance_steps() {
   }
 }
 
+// The call fails with `error` once the next step's receives, posted early, have settled:
+// those still waiting for their message are withdrawn (with honest peers, all of them when
+// the calls disagree: nobody sends data then), but one a message already streams into (a
+// peer a step ahead, when this member's step failed) is let finish, so that no byte lands in
+// the caller's tensor after its Work failed. Returns whether the call is finished.
+bool Schedule::fail_when_settled(std::exception_ptr error) {
+  bool settled = true;
+  for (const auto& op : early_)
+    if (op->pending() && !engine_.cancel_receive(*op)) settled = false;
+  if (!settled) {
+    failing_ = std::move(error);
+    return false;
+  }
+  finish(std::move(error));
+  return true;
+}
+
 void Schedule::awaited_peers(std::vector<int>& out) const {
   if (finished_) return;
   if (lane_ && !lane_->done()) {
     lane_->awaited(out);
+    return;
+  }
+  if (failing_) {  // only the early receives a message streams into (fail_when_settled)
+    if (step_ + 1 >= steps_.size()) return;
+    std::size_t i = 0;
+    for (const Transfer& t : steps_[step_ + 1].transfers)
+      if (t.dir == Transfer::Dir::Recv && i < early_.size() && early_[i++]->pending())
+        out.push_back(t.peer);
     return;
   }
   if (!step_started_) return;
@@ -461,11 +492,12 @@ void Schedule::finish(std::exception_ptr error) {
     else handle_->complete();
   }
   ops_.clear();
-  // The next step's receives, posted early: none is matched when the calls disagree (no
-  // member sends data then), nor on an error until its peer gets there.
+  // Early receives still posted (abandon(): the engine failed its receives already, so
+  // normally none): withdrawn, as fail_when_settled does.
   for (const auto& op : early_)
     if (op->pending()) engine_.cancel_receive(*op);
   early_.clear();
+  failing_ = nullptr;
   steps_.clear();
   kept_.clear();
   wires_.clear();

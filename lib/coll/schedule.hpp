@@ -116,7 +116,8 @@ struct Step {
   // builder sets it only where that memory is free while the step before runs. The first
   // data step's are posted with the agreement's last step: no member sends data before it
   // knows that every call agrees, so a receive into the caller's tensor gets bytes only if
-  // they do, and the schedule cancels them when it ends without them (the calls disagree).
+  // they do. A call that fails withdraws those no message has reached (all of them when the
+  // calls disagree) and waits for those one streams into (Schedule::fail_when_settled).
   bool receive_early = false;
 };
 
@@ -157,6 +158,7 @@ class Schedule final : public engine::BackgroundTask,
   bool advance_steps();
   bool advance_rounds();
   void finish(std::exception_ptr error);
+  bool fail_when_settled(std::exception_ptr error);
   void judge_exchange();  // after step 0
   void agree_on_tree(HostSplitPtr split);
   // The fold's reduction (`op`: fold_->inside or across) of `inputs` into `out`.
@@ -201,6 +203,8 @@ class Schedule final : public engine::BackgroundTask,
   std::vector<int> op_peers_;                            // and their peers (receives: >= 0)
   // The next step's receives, posted with this one (Step::receive_early), in its order.
   std::vector<std::shared_ptr<detail::Operation>> early_;
+  // The error the call fails with once early_ has settled (fail_when_settled).
+  std::exception_ptr failing_;
   std::size_t first_pending_ = 0;
   std::shared_ptr<detail::Operation> handle_;
   bool finished_ = false;

@@ -16,11 +16,12 @@ namespace shmdist::coll {
 namespace {
 
 // What the keep holds at most: a few buffers (one call's stage, and those of some
-// concurrent async calls), and no buffer larger than kKeepLargest, so that an idle process
-// holds at most kKept x kKeepLargest of memory nobody uses. A larger stage is allocated and
-// freed each call: at that size the call's own copies dwarf the page faults.
+// concurrent async calls) of kKeptBytes together, so that an idle process holds no more than
+// that of memory nobody uses. A larger stage is allocated and freed each call: at that size
+// the call's own copies dwarf the page faults. When a buffer given back would exceed either
+// bound, the smallest go first (the larger ones cost the most to fault in again).
 constexpr std::size_t kKept = 4;
-constexpr std::size_t kKeepLargest = std::size_t{64} << 20;
+constexpr std::size_t kKeptBytes = std::size_t{64} << 20;
 
 struct Buffer {
   void* memory = nullptr;
@@ -29,15 +30,18 @@ struct Buffer {
 
 class Keep {
  public:
+  Keep() { buffers_.reserve(kKept + 1); }  // give_back never allocates: it runs in a deleter
+
   // The smallest kept buffer of at least `bytes`, or a new one.
   Buffer take(std::size_t bytes) {
-    {
+    if constexpr (kScratchKept) {
       std::lock_guard<std::mutex> hold(mutex_);
       auto best = buffers_.end();
       for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
         if (it->bytes >= bytes && (best == buffers_.end() || it->bytes < best->bytes)) best = it;
       if (best != buffers_.end()) {
         const Buffer b = *best;
+        kept_bytes_ -= b.bytes;
         buffers_.erase(best);
         return b;
       }
@@ -47,29 +51,31 @@ class Keep {
     return b;
   }
 
-  void release() {
-    std::vector<Buffer> all;
-    {
-      std::lock_guard<std::mutex> hold(mutex_);
-      all.swap(buffers_);
-    }
-    for (const Buffer& b : all) std::free(b.memory);
-  }
-
   // A buffer its stage no longer uses (its last view is gone: a receive that outlived its
-  // call, engine/engine.cpp memory_of, holds it until then). Kept unless it is too large, or
-  // the keep is full and it is the smallest.
+  // call, engine/engine.cpp memory_of, holds it until then).
   void give_back(Buffer b) {
-    if (b.bytes <= kKeepLargest) {
+    if (kScratchKept && b.bytes <= kKeptBytes) {
       std::lock_guard<std::mutex> hold(mutex_);
-      buffers_.push_back(b);
-      if (buffers_.size() <= kKept) return;
-      auto smallest = std::min_element(buffers_.begin(), buffers_.end(),
-                                       [](const Buffer& x, const Buffer& y) { return x.bytes < y.bytes; });
-      b = *smallest;
-      buffers_.erase(smallest);
+      buffers_.push_back(b);  // within the capacity reserved: kKept + 1
+      kept_bytes_ += b.bytes;
+      while (buffers_.size() > kKept || kept_bytes_ > kKeptBytes) {
+        auto smallest = std::min_element(
+            buffers_.begin(), buffers_.end(),
+            [](const Buffer& x, const Buffer& y) { return x.bytes < y.bytes; });
+        kept_bytes_ -= smallest->bytes;
+        std::free(smallest->memory);
+        buffers_.erase(smallest);
+      }
+      return;
     }
     std::free(b.memory);
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> hold(mutex_);
+    for (const Buffer& b : buffers_) std::free(b.memory);
+    buffers_.clear();
+    kept_bytes_ = 0;
   }
 
  private:
@@ -77,6 +83,7 @@ class Keep {
   // receive's), so the keep is shared under a lock: a handful of entries, taken twice a call.
   std::mutex mutex_;
   std::vector<Buffer> buffers_;
+  std::size_t kept_bytes_ = 0;
 };
 
 // Never destroyed: a stage may be given back while the process exits (a parked receive's,
@@ -89,7 +96,8 @@ Keep& keep() {
 }  // namespace
 
 Tensor scratch(std::int64_t count, DType dtype) {
-  const std::size_t nbytes = std::max<std::size_t>(static_cast<std::size_t>(count) * element_size(dtype), 1);
+  const std::size_t nbytes =
+      std::max<std::size_t>(static_cast<std::size_t>(count) * element_size(dtype), 1);
   const Buffer b = keep().take(nbytes);
   std::shared_ptr<void> owner(b.memory, [b](void*) { keep().give_back(b); });
   return Tensor::from_blob(b.memory, {count}, dtype, owner);

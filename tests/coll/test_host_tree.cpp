@@ -236,4 +236,26 @@ BOOST_AUTO_TEST_CASE(a_column_whose_data_comes_early_reduces_it_in_order) {
   BOOST_TEST(floats(rig.wire->outbound[1][0].bytes) == std::vector<float>(kSlice, 3.0f));
 }
 
+// A step that fails while a message streams into the next step's receive, posted early:
+// the call fails only once that message is in, so that no byte lands in the caller's tensor
+// after its Work failed, and no receive is left behind. Global rank 3 (host B's leader, place
+// 1): host A's column peer (rank 1) sends a partial one element too long (step B fails), while
+// its mate (rank 2), a step ahead, has sent part of the result's slice 0 (step C).
+BOOST_AUTO_TEST_CASE(a_failed_step_waits_for_a_message_streaming_into_the_next_one) {
+  Rig rig(3, 4, 5000ms);
+  Tensor t = full({kColumns}, 1.0f);
+  const Completion op = all_reduce(two_hosts(rig, 3), t, ReduceOp::SUM);
+  rig.arrive(2, byte_tensor(sum_wire(kColumns)), tree_key(1, 0));
+  rig.arrive(0, byte_tensor(wires_down({kColumns, kColumns})), tree_key(1, 1));
+  rig.arrive(2, full({kSlice}, 2.0f), tree_key(1, 3));
+  rig.arrive(2, full({kSlice}, 7.0f), tree_key(1, 5), 1000);  // 1000 bytes of it so far
+  rig.arrive(1, full({kSlice + 1}, 40.0f), tree_key(1, 4));
+  BOOST_TEST(!rig.engine->wait(*op, 200ms));  // step B failed; step C's message streams in
+  BOOST_TEST(rig.engine->pending_operations() > 0u);
+  rig.wire->allow_all(2);
+  BOOST_CHECK_THROW(rig.engine->wait(*op, 5000ms), Error);
+  BOOST_TEST(error_text(*op).find("from rank 1") != std::string::npos, error_text(*op));
+  BOOST_TEST(rig.engine->pending_operations() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
