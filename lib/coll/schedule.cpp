@@ -354,12 +354,16 @@ void Schedule::judge_tree_wires() {
   judge(ctx_, calls);
 }
 
+engine::MatchKey Schedule::step_key(std::size_t step) const {
+  return {ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step), transport::kInternalChannel};
+}
+
 void Schedule::start_step() {
-  const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step_),
-                            transport::kInternalChannel};
+  const engine::MatchKey key = step_key(step_);
   const Step& step = steps_[step_];
   // This step's receives, when the step before posted them (receive_early): all of them.
-  std::vector<std::shared_ptr<detail::Operation>> posted = std::move(early_);
+  std::vector<std::shared_ptr<detail::Operation>>& posted = taken_;
+  posted.swap(early_);
   early_.clear();
   ops_.clear();
   op_peers_.clear();
@@ -377,6 +381,7 @@ void Schedule::start_step() {
       op_peers_.push_back(t.peer);
     }
   }
+  posted.clear();
   const std::size_t next = step_ + 1;
   if (next < steps_.size() && steps_[next].receive_early)
     for (const Transfer& t : steps_[next].transfers)
@@ -385,9 +390,8 @@ void Schedule::start_step() {
 
 std::shared_ptr<detail::Operation> Schedule::post_receive(const Transfer& t, std::size_t step) {
   static const std::vector<int> no_candidates;
-  const engine::MatchKey key{ctx_.group.id, ctx_.group.sig, step_tag(ctx_.seq, step),
-                            transport::kInternalChannel};
-  return engine_.irecv(t.view, t.peer, key, no_candidates, t.landing != nullptr, t.consumer);
+  return engine_.irecv(t.view, t.peer, step_key(step), no_candidates, t.landing != nullptr,
+                       t.consumer);
 }
 
 bool Schedule::advance() {
@@ -453,11 +457,15 @@ bool Schedule::advance_steps() {
 // the calls disagree: nobody sends data then), but one a message already streams into (a
 // peer a step ahead, when this member's step failed) is let finish, so that no byte lands in
 // the caller's tensor after its Work failed. Returns whether the call is finished.
-bool Schedule::fail_when_settled(std::exception_ptr error) {
+bool Schedule::withdraw_early() {
   bool settled = true;
   for (const auto& op : early_)
     if (op->pending() && !engine_.cancel_receive(*op)) settled = false;
-  if (!settled) {
+  return settled;
+}
+
+bool Schedule::fail_when_settled(std::exception_ptr error) {
+  if (!withdraw_early()) {
     failing_ = std::move(error);
     return false;
   }
@@ -494,9 +502,9 @@ void Schedule::finish(std::exception_ptr error) {
   ops_.clear();
   // Early receives still posted (abandon(): the engine failed its receives already, so
   // normally none): withdrawn, as fail_when_settled does.
-  for (const auto& op : early_)
-    if (op->pending()) engine_.cancel_receive(*op);
+  withdraw_early();
   early_.clear();
+  taken_.clear();
   failing_ = nullptr;
   steps_.clear();
   kept_.clear();

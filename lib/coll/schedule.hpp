@@ -153,8 +153,13 @@ class Schedule final : public engine::BackgroundTask,
 
  private:
   void start_step();
+  // The match key of step `step`'s messages (its sends and its receives alike).
+  engine::MatchKey step_key(std::size_t step) const;
   // Posts the receive `t` of step `step`.
   std::shared_ptr<detail::Operation> post_receive(const Transfer& t, std::size_t step);
+  // Withdraws the early receives no message has reached; returns whether none is left
+  // pending (a message streams into those that are).
+  bool withdraw_early();
   bool advance_steps();
   bool advance_rounds();
   void finish(std::exception_ptr error);
@@ -203,6 +208,9 @@ class Schedule final : public engine::BackgroundTask,
   std::vector<int> op_peers_;                            // and their peers (receives: >= 0)
   // The next step's receives, posted with this one (Step::receive_early), in its order.
   std::vector<std::shared_ptr<detail::Operation>> early_;
+  // start_step's hand-over of early_ to the step it starts: swapped with early_ (and
+  // cleared) so that both keep their capacity from step to step.
+  std::vector<std::shared_ptr<detail::Operation>> taken_;
   // The error the call fails with once early_ has settled (fail_when_settled).
   std::exception_ptr failing_;
   std::size_t first_pending_ = 0;
