@@ -25,6 +25,13 @@ BACKENDS = ["shm", "gloo"]
 ALLREDUCE, DDP, MPI_ALLREDUCE = "torch_hosts_allreduce", "torch_hosts_ddp", "xhost_allreduce"
 WIDTHS = [64, 2048]  # gradients of 50 KiB and 48 MiB
 HOSTS = "a,a,b,b"  # section mpi-hosts: ranks 0, 1 on host a, 2, 3 on host b
+SHARED = "-shared"  # the label's suffix for runs whose hosts share every CPU (--cpus shared)
+
+
+def _where(label):
+    """How a label's runs placed the emulated hosts on this machine's CPUs."""
+    return ("every rank on every CPU" if label.endswith(SHARED) else
+            "each host on CPUs of its own")
 
 
 def interpreters(build_dir, notes, timeout=120):
@@ -55,9 +62,11 @@ def options(quick):
     return {"allreduce": [], "ddp": [], "widths": WIDTHS}  # the script's defaults: 4 B-16 MiB
 
 
-def run(session, rounds, quick, build_dir, releases):
+def run(session, rounds, quick, build_dir, releases, cpu_modes=("per-host",)):
     """`releases`: the torch releases to run ("2.13", "1.13"), of those found; one with
-    --quick."""
+    --quick. `cpu_modes`: "per-host" (each emulated host's ranks on CPUs of its own, as on
+    separate machines) and/or "shared" (every rank on every CPU); hosts_bench.py --cpus. A
+    shared run's figures carry the label's suffix SHARED."""
     found = [f for f in interpreters(build_dir, session.tools.notes)
              if f[0][len("torch"):] in releases]
     if quick:
@@ -65,19 +74,23 @@ def run(session, rounds, quick, build_dir, releases):
     opts = options(quick)
     inner = max(5, session.timeout - 5)
     for rnd in range(rounds):
-        for label, python, package in found:
-            jobs = [("allreduce", None)] + [("ddp", w) for w in opts["widths"]]
-            for test, width in jobs:
-                k = rnd % len(BACKENDS)
-                for backend in BACKENDS[k:] + BACKENDS[:k]:
-                    cmd = ["/usr/bin/env", "PYTHONPATH=" + package, python, SCRIPT, test,
-                           "--backend", backend, "--timeout", str(inner)] + opts[test]
-                    if width:
-                        cmd += ["--width", str(width)]
-                    what = "torch-hosts %s %s %s%s (round %d)" % (
-                        label, test, backend, " width %d" % width if width else "", rnd + 1)
-                    res = session.execute(what, cmd)
-                    record(session, rnd + 1, label, res.stdout)
+        for cpus in cpu_modes:
+            for release, python, package in found:
+                label = release + (SHARED if cpus == "shared" else "")
+                jobs = [("allreduce", None)] + [("ddp", w) for w in opts["widths"]]
+                for test, width in jobs:
+                    k = rnd % len(BACKENDS)
+                    for backend in BACKENDS[k:] + BACKENDS[:k]:
+                        cmd = ["/usr/bin/env", "PYTHONPATH=" + package, python, SCRIPT, test,
+                               "--backend", backend, "--timeout", str(inner),
+                               "--cpus", cpus] + opts[test]
+                        if width:
+                            cmd += ["--width", str(width)]
+                        what = "torch-hosts %s %s %s%s (round %d)" % (
+                            label, test, backend, " width %d" % width if width else "",
+                            rnd + 1)
+                        res = session.execute(what, cmd)
+                        record(session, rnd + 1, label, res.stdout)
 
 
 def record(session, rnd, label, stdout):
@@ -125,8 +138,9 @@ def text(report):
                     reverse=True)  # torch2.13 first
     for label in labels:
         m = "us_" + label
-        out += ["", "torch all_reduce float32 on 2 emulated hosts x 2 ranks, %s: us per call "
-                "(gloo/shm above 1: shm is faster; target: at least 1 at every size)" % label,
+        out += ["", "torch all_reduce float32 on 2 emulated hosts x 2 ranks (%s), %s: us per "
+                "call (gloo/shm above 1: shm is faster; target: at least 1 at every size)" % (
+                    _where(label), label.replace(SHARED, "")),
                 "%-22s%12s%12s%10s   state" % ("size", "shm", "gloo", "gloo/shm")]
         out += _rows(report, ALLREDUCE, m, "shm", "gloo", lambda s: str(s))
     labels = sorted({r["metric"][3:] for r in report.records
@@ -134,8 +148,9 @@ def text(report):
     for label in labels:
         m = "ms_" + label
         out += ["", "DDP step (3 Linear+Tanh of WIDTH, batch 16; forward, backward with the "
-                "gradient all-reduce, SGD) on 2 emulated hosts x 2 ranks, %s: ms per step of "
-                "rank 0 (gloo/shm above 1: shm is faster)" % label,
+                "gradient all-reduce, SGD) on 2 emulated hosts x 2 ranks (%s), %s: ms per step "
+                "of rank 0 (gloo/shm above 1: shm is faster)" % (_where(label),
+                                                                  label.replace(SHARED, "")),
                 "%-22s%12s%12s%10s   state" % ("width", "shm", "gloo", "gloo/shm")]
         out += _rows(report, DDP, m, "shm", "gloo", lambda w: "%d (%s)" % (
             w, _params(report, w)))

@@ -5,13 +5,19 @@ its own /dev/shm (tests/python/emulated_hosts.py, as tests/python/test_hosts.py 
 
     PYTHONPATH=build/python-torch2.13 .venv/bin/python bench/torch/hosts_bench.py
         allreduce --backend shm [--hosts 2x2] [--min-size 4] [--max-size 16777216]
-        [--budget 0.3] [--iterations N] [--warmup N] [--timeout 600]
+        [--budget 0.3] [--iterations N] [--warmup N] [--timeout 600] [--cpus per-host]
     ... hosts_bench.py ddp --backend gloo [--hosts 2x2] [--width 512] [--steps 40]
 
 allreduce: the loop of bench/torch/allreduce_peers.py (float32 SUM, one checked call, then a
 time-bounded timed loop per size; the mean time per call over the ranks), sizes doubling from
 --min-size to --max-size. ddp: tests/python/workers/ddp.py --time (bench/torch/ddp_step.py's
-job): the median step time of rank 0. Every rank runs with OMP_NUM_THREADS=1, unbound.
+job): the median step time of rank 0. Every rank runs with OMP_NUM_THREADS=1, not bound to
+a CPU of its own; with --cpus per-host (the default) each host's ranks run on CPUs of that
+host's own (emulated_hosts.host_cpus: this machine's CPUs split between the hosts, one each
+on 2 CPUs and 2 hosts), as on separate machines, where one host's ranks never take another
+host's CPU; --cpus shared lets every rank run on every CPU. docs/hosts.md says why it
+matters: with shared CPUs the kernel at times puts both hosts' leaders, and the gloo step
+between them, on one CPU.
 bench/compare runs it once per backend, test and round, gated on the floor probe (section
 torch-hosts, comparelib/torch_hosts_section.py), and prints the tables.
 
@@ -31,7 +37,7 @@ import sys
 sys.dont_write_bytecode = True
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
-from emulated_hosts import start_hosts, wait_hosts, why_no_namespaces  # noqa: E402
+from emulated_hosts import host_cpus, start_hosts, wait_hosts, why_no_namespaces  # noqa: E402
 
 PEERS = REPO / "bench" / "torch" / "allreduce_peers.py"
 DDP = REPO / "tests" / "python" / "workers" / "ddp.py"
@@ -62,6 +68,9 @@ def main():
     ap.add_argument("--width", type=int, default=512, help="ddp: the model's width")
     ap.add_argument("--steps", type=int, default=40, help="ddp: steps (median of the last 3/4)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for the job")
+    ap.add_argument("--cpus", choices=("per-host", "shared"), default="per-host",
+                    help="per-host (default): each host's ranks on CPUs of its own; shared: "
+                         "every rank on every CPU")
     a = ap.parse_args()
     try:
         n_hosts, per_host = (int(x) for x in a.hosts.split("x"))
@@ -92,7 +101,8 @@ def main():
         script = DDP
         args = [a.backend, "--time", "--steps", str(a.steps), "--width", str(a.width)]
     hosts = [list(range(h * per_host, (h + 1) * per_host)) for h in range(n_hosts)]
-    procs = start_hosts(hosts, script, args, [job_env()] * n_hosts, int(a.timeout))
+    cpus = host_cpus(n_hosts) if a.cpus == "per-host" else None
+    procs = start_hosts(hosts, script, args, [job_env()] * n_hosts, int(a.timeout), cpus=cpus)
     reports, why = wait_hosts(procs, a.timeout)
     if reports is None:
         print(f"hosts_bench: {a.test} {a.backend}: {why}", file=sys.stderr)
@@ -113,7 +123,10 @@ def main():
               f"{r['err'][-2000:]}", file=sys.stderr)
         return 1
     print(f"# {a.test} on {n_hosts} emulated hosts x {per_host} ranks, backend {a.backend}, "
-          f"torch {probe.stdout.strip()}, OMP_NUM_THREADS=1, unbound")
+          f"torch {probe.stdout.strip()}, OMP_NUM_THREADS=1, " +
+          ("each host on CPUs of its own: " + " | ".join(
+              ",".join(map(str, sorted(c))) for c in cpus) if cpus else
+           "every rank on every CPU"))
     for r in torn:
         print(f"# note: rank {r['rank']} aborted in torch's teardown after its work "
               "(terminate called without an active exception)")

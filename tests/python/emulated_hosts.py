@@ -10,6 +10,10 @@ As a program it runs one env:// job across emulated hosts and prints the hosts' 
     emulated_hosts.py [--hosts 2x2] [--timeout S] [--env K=V ...] -- SCRIPT [ARGS ...]
 
 It exits 1 when a rank failed or the job ran out of time (every process killed, reaped).
+
+With `--cpus per-host` (and start_hosts' `cpus`), each host also gets CPUs of its own
+(host_cpus: this process's CPUs split between the hosts), as separate machines have; by
+default the hosts share every CPU, as the tests run them.
 """
 
 import argparse
@@ -64,14 +68,27 @@ def free_port():
             return s.getsockname()[1]
 
 
+def host_cpus(n_hosts):
+    """This process's CPUs split between `n_hosts` emulated hosts: host h gets the h-th of
+    n_hosts contiguous, near-equal parts of the sorted list (with fewer CPUs than hosts, CPU
+    h mod count), so that ranks of different hosts never share a CPU when there are enough:
+    a list of sets."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < n_hosts:
+        return [{cpus[h % len(cpus)]} for h in range(n_hosts)]
+    return [set(cpus[len(cpus) * h // n_hosts:len(cpus) * (h + 1) // n_hosts])
+            for h in range(n_hosts)]
+
+
 def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd=None,
-                fork=False):
+                fork=False, cpus=None):
     """Starts `script args` as an env:// job (MASTER_ADDR 127.0.0.1, a free MASTER_PORT), one
     emulated host per entry of `hosts` (the global ranks of each), through host_launch.py
     (which gives up on its ranks `timeout` - 20 s in; with `fork`, it imports torch once and
     forks its ranks). `envs[h]` is host h's environment (WORLD_SIZE, if not in it, is the
     number of ranks). All processes are in one process group, that of the first host's:
-    os.killpg(procs[0].pid, 9) ends them all. Returns the Popens."""
+    os.killpg(procs[0].pid, 9) ends them all. `cpus[h]`, if given, is the set of CPUs host h's
+    processes may run on (host_cpus). Returns the Popens."""
     port = str(free_port())
     world = sum(len(h) for h in hosts)
     procs = []
@@ -83,6 +100,8 @@ def start_hosts(hosts, script, args=(), envs=None, timeout=150, python=None, cwd
                               *(["--fork"] if fork else []), str(timeout - 20),
                               str(script), *map(str, ranks), "--", *args])
         kwargs = {"process_group": 0 if h == 0 else procs[0].pid}  # one group: killable at once
+        if cpus is not None:
+            kwargs["preexec_fn"] = (lambda mine: lambda: os.sched_setaffinity(0, mine))(cpus[h])
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env, cwd=cwd or WORKERS,
                                       stdin=subprocess.DEVNULL, **kwargs))
@@ -115,6 +134,8 @@ def main():
     ap.add_argument("--hosts", default="2x2", help="HOSTSxRANKS (default 2x2)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds for the whole job")
     ap.add_argument("--env", action="append", default=[], help="K=V for every rank")
+    ap.add_argument("--cpus", choices=("shared", "per-host"), default="shared",
+                    help="per-host: each host on CPUs of its own (host_cpus); default shared")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS ...]")
     a = ap.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -131,7 +152,8 @@ def main():
     env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.env))
     hosts = [list(range(h * per_host, (h + 1) * per_host)) for h in range(n_hosts)]
     procs = start_hosts(hosts, os.path.abspath(command[0]), command[1:], [env] * n_hosts,
-                        int(a.timeout), cwd=os.getcwd())
+                        int(a.timeout), cwd=os.getcwd(),
+                        cpus=host_cpus(n_hosts) if a.cpus == "per-host" else None)
     reports, why = wait_hosts(procs, a.timeout)
     if reports is None:
         print(f"emulated_hosts: {why}", file=sys.stderr)

@@ -15,7 +15,7 @@ import torch
 TORCH2 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 0)
 
 from conftest import PYTHON, WORKERS, base_env, failures, free_port
-from emulated_hosts import start_hosts, wait_hosts, why_no_namespaces
+from emulated_hosts import host_cpus, start_hosts, wait_hosts, why_no_namespaces
 
 
 WHY_NOT = why_no_namespaces()
@@ -46,6 +46,29 @@ def _ranks(reports):
 def _show(reports):
     return "\n".join(f"--- rank {r['rank']} exit {r['rc']}\n{r['out']}\n{r['err'][-3000:]}"
                      for report in reports for r in report["ranks"])
+
+
+def test_emulated_hosts_on_cpus_of_their_own():
+    """bench/torch/hosts_bench.py --cpus per-host: host_cpus splits this process's CPUs into
+    disjoint, near-equal parts (one CPU each with fewer CPUs than hosts), and every process
+    of host h runs on part h only; without `cpus`, every rank may run on every CPU."""
+    mine = sorted(os.sched_getaffinity(0))
+    parts = host_cpus(2)
+    assert len(parts) == 2 and all(parts)
+    if len(mine) >= 2:
+        assert not parts[0] & parts[1] and sorted(parts[0] | parts[1]) == mine
+        assert abs(len(parts[0]) - len(parts[1])) <= 1
+    assert [sorted(p) for p in host_cpus(len(mine) + 1)][-1] == [mine[0]]
+    for cpus in (parts, None):
+        procs = start_hosts([[0, 1], [2]], WORKERS / "affinity.py", [], [base_env({})] * 2, 60,
+                            PYTHON, cpus=cpus)
+        reports, why = wait_hosts(procs, 60)
+        assert reports is not None, why
+        for h, report in enumerate(reports):
+            for r in report["ranks"]:
+                assert r["rc"] == 0, _show(reports)
+                want = sorted(parts[h]) if cpus else mine
+                assert r["out"].split() == ["CPUS", ",".join(map(str, want))], _show(reports)
 
 
 def test_two_hosts_two_ranks_each():
