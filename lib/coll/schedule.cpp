@@ -452,11 +452,6 @@ bool Schedule::advance_steps() {
   }
 }
 
-// The call fails with `error` once the next step's receives, posted early, have settled:
-// those still waiting for their message are withdrawn (with honest peers, all of them when
-// the calls disagree: nobody sends data then), but one a message already streams into (a
-// peer a step ahead, when this member's step failed) is let finish, so that no byte lands in
-// the caller's tensor after its Work failed. Returns whether the call is finished.
 bool Schedule::withdraw_early() {
   bool settled = true;
   for (const auto& op : early_)
@@ -464,6 +459,11 @@ bool Schedule::withdraw_early() {
   return settled;
 }
 
+// The call fails with `error` once the next step's receives, posted early, have settled:
+// those still waiting for their message are withdrawn (with honest peers, all of them when
+// the calls disagree: nobody sends data then), but one a message already streams into (a
+// peer a step ahead, when this member's step failed) is let finish, so that no byte lands in
+// the caller's tensor after its Work failed. Returns whether the call is finished.
 bool Schedule::fail_when_settled(std::exception_ptr error) {
   if (!withdraw_early()) {
     failing_ = std::move(error);

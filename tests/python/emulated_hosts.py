@@ -7,7 +7,8 @@ other over 127.0.0.1. Used by tests/python/test_hosts.py and bench/torch/hosts_b
 As a program it runs one env:// job across emulated hosts and prints the hosts' reports
 (workers/host_launch.py's JSON objects, one list):
 
-    emulated_hosts.py [--hosts 2x2] [--timeout S] [--env K=V ...] -- SCRIPT [ARGS ...]
+    emulated_hosts.py [--hosts 2x2] [--timeout S] [--env K=V ...] [--cpus per-host]
+                      -- SCRIPT [ARGS ...]
 
 It exits 1 when a rank failed or the job ran out of time (every process killed, reaped).
 
